@@ -1,0 +1,48 @@
+// Adaptive skip: keep the original row order when reordering cannot pay (paper IV-E).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "wavealign/gpu.h"
+#include "wavealign/mask.h"
+
+namespace wavealign {
+
+/// Cheap per-head statistics of a mask.
+struct MaskStats {
+  int64_t nnz = 0;
+  double density = 0;
+  int64_t kv_working_set_bytes = 0;  // K+V bytes of the KV blocks the head touches at all
+  int64_t usable_l2_bytes = 0;
+  double adjacent_jaccard = 0;       // mean Jaccard similarity of rows i and i+1 (original order)
+};
+
+struct SkipDecision {
+  bool skipped = false;
+  std::string reason;  // human-readable, with the numbers that decided
+};
+
+struct SkipModel {
+  int head_dim = 128;
+  int element_bytes = 2;  // bf16/fp16 K and V
+  int kv_block = 128;
+  /// Reordering cannot help when every KV block a head touches stays resident.
+  double working_set_fit = 1.0;  // skip when working set <= fit * usable L2
+  /// Too little work to amortize the plan: the paper skips highly sparse masks.
+  double min_density = 0.02;
+  /// Adjacent rows already share most blocks, so the original order has the locality reordering seeks.
+  double max_adjacent_jaccard = 0.6;
+  /// How many attention calls reuse one plan (layers x steps sharing a mask); divides the plan cost.
+  double plan_reuse = 1.0;
+  /// Waves of the head simulated to predict the gain (a prefix keeps the decision cheap).
+  int predict_waves = 8;
+};
+
+MaskStats mask_stats(const BlockMask& mask, int head, const GpuModel& gpu, const SkipModel& model);
+
+/// Statistics-only part of the decision (no plan needed). skipped=false means "compute the plan and
+/// compare its predicted gain with its cost".
+SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model);
+
+}  // namespace wavealign
