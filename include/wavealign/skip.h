@@ -6,6 +6,7 @@
 
 #include "wavealign/gpu.h"
 #include "wavealign/mask.h"
+#include "wavealign/simulate.h"
 
 namespace wavealign {
 
@@ -37,12 +38,26 @@ struct SkipModel {
   double plan_reuse = 1.0;
   /// Waves of the head simulated to predict the gain (a prefix keeps the decision cheap).
   int predict_waves = 8;
+  /// Share of the shorter of compute and HBM time that the kernel fails to hide behind the longer one.
+  /// From FlexAttention on the H200 (4 heads, L = 363,520, density 0.28): WaveAlign order cut HBM time by
+  /// about 17 ms per head and kernel time by 4 ms per head, so 0.23.
+  double exposed_fraction = 0.23;
+  /// Cost charged for the plan; < 0 = the measured wall time of this head's CPU plan.
+  double plan_cost_ms = -1;
 };
 
 MaskStats mask_stats(const BlockMask& mask, int head, const GpuModel& gpu, const SkipModel& model);
 
+/// Predicted kernel time of a simulated schedule: max(C, M) + exposed_fraction * min(C, M), with C the
+/// block-sparse FLOPs over gpu.attention_flops_per_s and M the HBM bytes over gpu.hbm_bytes_per_s.
+double predicted_kernel_ms(const SimResult& result, const GpuModel& gpu, const SkipModel& model);
+
 /// Statistics-only part of the decision (no plan needed). skipped=false means "compute the plan and
 /// compare its predicted gain with its cost".
 SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model);
+
+/// Cost part of the decision: skip unless gain_ms * plan_reuse exceeds the plan cost (model.plan_cost_ms when
+/// set, else measured_plan_ms). The reason states both sides.
+SkipDecision decide_by_gain(double gain_ms, double measured_plan_ms, const SkipModel& model);
 
 }  // namespace wavealign

@@ -1,0 +1,86 @@
+#include "wavealign/skip.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <string>
+
+#include "wavealign/error.h"
+#include "wavealign/mask.h"
+
+namespace wavealign {
+
+namespace {
+template <class... Values>
+std::string format(const char* pattern, Values... values) {
+  char buffer[320];
+  std::snprintf(buffer, sizeof buffer, pattern, values...);
+  return buffer;
+}
+}  // namespace
+
+MaskStats mask_stats(const BlockMask& mask, int head, const GpuModel& gpu, const SkipModel& model) {
+  WA_CHECK_ARG(head >= 0 && head < mask.heads(), "head", head, " is outside [0, ", mask.heads(), ")");
+  MaskStats stats;
+  const int words = mask.words_per_row();
+  std::vector<uint64_t> touched(words, 0);  // KV blocks the head reads at all
+  double jaccard_sum = 0;
+  for (int i = 0; i < mask.q_blocks(); ++i) {
+    const auto row = mask.row_words(head, i);
+    int64_t intersection = 0, union_count = 0;
+    for (int w = 0; w < words; ++w) {
+      touched[w] |= row[w];
+      stats.nnz += std::popcount(row[w]);
+      if (i > 0) {
+        const uint64_t previous = mask.row_words(head, i - 1)[w];
+        intersection += std::popcount(row[w] & previous);
+        union_count += std::popcount(row[w] | previous);
+      }
+    }
+    if (i > 0) jaccard_sum += union_count ? double(intersection) / double(union_count) : 1.0;
+  }
+  int64_t touched_blocks = 0;
+  for (uint64_t word : touched) touched_blocks += std::popcount(word);
+  const double cells = double(mask.q_blocks()) * mask.kv_blocks();
+  stats.density = cells > 0 ? double(stats.nnz) / cells : 0.0;
+  stats.kv_working_set_bytes = touched_blocks * 2ll * model.kv_block * model.head_dim * model.element_bytes;
+  stats.usable_l2_bytes = gpu.usable_l2_bytes();
+  stats.adjacent_jaccard = mask.q_blocks() > 1 ? jaccard_sum / (mask.q_blocks() - 1) : 1.0;
+  return stats;
+}
+
+SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model) {
+  constexpr double kMiB = 1 << 20;
+  if (double(stats.kv_working_set_bytes) <= model.working_set_fit * double(stats.usable_l2_bytes))
+    return {true, format("K/V working set %.1f MiB fits in the usable L2 (%.1f MiB): row order cannot change "
+                         "HBM traffic",
+                         stats.kv_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB)};
+  if (stats.density < model.min_density)
+    return {true, format("density %.2f%% is below %.2f%%: too little attention work to amortize the plan",
+                         100 * stats.density, 100 * model.min_density)};
+  if (stats.adjacent_jaccard >= model.max_adjacent_jaccard)
+    return {true, format("adjacent rows already share %.0f%% of their blocks (Jaccard >= %.0f%%): the original "
+                         "order has the locality",
+                         100 * stats.adjacent_jaccard, 100 * model.max_adjacent_jaccard)};
+  return {false, format("K/V working set %.1f MiB exceeds the usable L2 (%.1f MiB), density %.1f%%, adjacent "
+                        "Jaccard %.2f: reordering can pay",
+                        stats.kv_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB, 100 * stats.density,
+                        stats.adjacent_jaccard)};
+}
+
+double predicted_kernel_ms(const SimResult& result, const GpuModel& gpu, const SkipModel& model) {
+  const double flops = 4.0 * model.kv_block * model.kv_block * model.head_dim * double(result.kv_accesses);
+  const double compute_ms = 1e3 * flops / gpu.attention_flops_per_s;
+  const double memory_ms = 1e3 * double(result.hbm_read_bytes + result.hbm_write_bytes) / gpu.hbm_bytes_per_s;
+  return std::max(compute_ms, memory_ms) + model.exposed_fraction * std::min(compute_ms, memory_ms);
+}
+
+SkipDecision decide_by_gain(double gain_ms, double measured_plan_ms, const SkipModel& model) {
+  const double cost_ms = model.plan_cost_ms >= 0 ? model.plan_cost_ms : measured_plan_ms;
+  const double amortized_gain_ms = gain_ms * model.plan_reuse;
+  const bool pays = amortized_gain_ms > cost_ms;
+  return {!pays, format("predicted kernel gain %.3f ms x %.0f reuse %s plan cost %.3f ms", gain_ms, model.plan_reuse,
+                        pays ? ">" : "<=", cost_ms)};
+}
+
+}  // namespace wavealign

@@ -1,0 +1,79 @@
+#include "workload_options.h"
+
+#include <filesystem>
+
+#include "wavealign/error.h"
+#include "wavealign/io.h"
+#include "wavealign/workload.h"
+
+namespace wavealign::cli {
+
+void add_workload_options(CLI::App& command, WorkloadOptions& options) {
+  command.add_option("--model", options.model, "video DiT preset: wan2.1-14b, wan2.1-1.3b, ltx-2.3")
+      ->capture_default_str();
+  command.add_option("--frames", options.frames, "pixel frames (wan: 4k+1, ltx: 8k+1)")->capture_default_str();
+  command.add_option("--heads", options.heads, "heads to generate (the first N of the model)")
+      ->capture_default_str();
+  command.add_option("--mask", options.mask, "random, video, or a bool/uint8 .npy file [H,MB,NB] or [MB,NB]")
+      ->capture_default_str();
+  command.add_option("--density", options.density, "target fraction of kept blocks (synthetic masks)")
+      ->capture_default_str();
+  command.add_option("--block", options.block, "block edge in tokens (query and K/V blocks)")->capture_default_str();
+  command.add_option("--seed", options.seed, "seed of the synthetic workload and the plan")->capture_default_str();
+}
+
+Workload make_workload(const WorkloadOptions& options) {
+  WA_CHECK_ARG(options.block == 64 || options.block == 128, "--block", "must be 64 or 128, got ", options.block);
+  Workload workload;
+  workload.block = options.block;
+  const bool synthetic = options.mask == "random" || options.mask == "video";
+  if (!synthetic) {
+    WA_CHECK_ARG(std::filesystem::exists(options.mask), "--mask",
+                 "is neither 'random', 'video' nor an existing .npy file: ", options.mask);
+    workload.mask = mask_from_npy(read_npy(options.mask), options.mask);
+    workload.tokens = int64_t(workload.mask.q_blocks()) * options.block;
+    workload.description = {{"mask", "file"},
+                            {"file", options.mask},
+                            {"tokens", workload.tokens},
+                            {"q_blocks", workload.mask.q_blocks()},
+                            {"kv_blocks", workload.mask.kv_blocks()},
+                            {"heads", workload.mask.heads()},
+                            {"block", options.block},
+                            {"density", workload.mask.density()}};
+    return workload;
+  }
+  const ModelPreset model = from_string<ModelPreset>(options.model);
+  const VideoShape shape = video_shape(model, options.frames);
+  WA_CHECK_ARG(options.heads >= 1 && options.heads <= shape.heads, "--heads", "must be in [1, ", shape.heads,
+               "] for ", options.model, ", got ", options.heads);
+  WA_CHECK_ARG(options.density > 0 && options.density <= 1, "--density", "must be in (0, 1], got ",
+               options.density);
+  const BlockShape block{options.block, options.block};
+  const int q_blocks = blocks_for(shape.tokens(), block.q_block);
+  const int kv_blocks = blocks_for(shape.tokens(), block.kv_block);
+  if (options.mask == "random") {
+    workload.mask = random_mask(options.heads, q_blocks, kv_blocks, options.density, options.seed);
+  } else {
+    VideoMaskOptions mask_options;
+    mask_options.density = options.density;
+    workload.mask = video_mask(shape, options.heads, block, mask_options, options.seed);
+  }
+  workload.tokens = shape.tokens();
+  workload.description = {{"model", options.model},
+                          {"frames", options.frames},
+                          {"latent_frames", shape.latent_frames},
+                          {"tokens_per_frame", shape.tokens_per_frame()},
+                          {"tokens", shape.tokens()},
+                          {"q_blocks", q_blocks},
+                          {"kv_blocks", kv_blocks},
+                          {"heads", options.heads},
+                          {"head_dim", shape.head_dim},
+                          {"block", options.block},
+                          {"mask", options.mask},
+                          {"target_density", options.density},
+                          {"density", workload.mask.density()},
+                          {"seed", options.seed}};
+  return workload;
+}
+
+}  // namespace wavealign::cli

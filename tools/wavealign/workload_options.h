@@ -1,0 +1,49 @@
+// Options shared by subcommands that build a workload: a synthetic video-DiT mask or a mask file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "wavealign/enums.h"
+#include "wavealign/mask.h"
+
+namespace wavealign::cli {
+
+struct WorkloadOptions {
+  std::string model = "wan2.1-14b";
+  int frames = 161;
+  int heads = 2;
+  std::string mask = "video";  // random | video | path to a .npy file
+  double density = 0.28;
+  int block = 128;
+  uint64_t seed = 0;
+};
+
+struct Workload {
+  BlockMask mask;
+  int64_t tokens = 0;
+  int block = 128;
+  nlohmann::json description;  // the "workload" object of --json output
+};
+
+void add_workload_options(CLI::App& command, WorkloadOptions& options);
+/// Generates or loads the mask; throws InvalidArgument naming the flag on bad values.
+Workload make_workload(const WorkloadOptions& options);
+
+/// Parses a comma-separated enum list, e.g. "original,s1,wavealign".
+template <class E>
+std::vector<E> parse_enum_list(const std::string& text) {
+  std::vector<E> values;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    values.push_back(from_string<E>(text.substr(begin, end - begin)));
+    begin = end + 1;
+  }
+  return values;
+}
+
+}  // namespace wavealign::cli
