@@ -73,7 +73,9 @@ int run_reorder(const ReorderOptions& options) {
 Runner add_reorder(CLI::App& app) {
   auto options = std::make_shared<ReorderOptions>();
   CLI::App* command = app.add_subcommand("reorder", "write the row permutation of a mask file");
-  command->add_option("--mask", options->mask, "bool/uint8 .npy mask [H,MB,NB] or [MB,NB]")->required();
+  command->add_option("--mask", options->mask, "bool/uint8 .npy mask [H,MB,NB] or [MB,NB]")
+      ->required()
+      ->check(CLI::ExistingFile);
   command->add_option("--out", options->out, "output .npy: int32 [H,MB], position p runs row perm[p]")->required();
   command->add_option("--order", options->order, "original, s1, s2, wavealign or shuffled")->capture_default_str();
   command->add_option("--gpu", options->gpu, "GPU preset for the default wave size: h100, h200, a40")

@@ -52,7 +52,9 @@ int run_viz(const VizOptions& options) {
 Runner add_viz(CLI::App& app) {
   auto options = std::make_shared<VizOptions>();
   CLI::App* command = app.add_subcommand("viz", "draw one head before and after reordering (PNG)");
-  command->add_option("--mask", options->mask, "bool/uint8 .npy mask [H,MB,NB] or [MB,NB]")->required();
+  command->add_option("--mask", options->mask, "bool/uint8 .npy mask [H,MB,NB] or [MB,NB]")
+      ->required()
+      ->check(CLI::ExistingFile);
   command->add_option("--out", options->out, "output PNG file")->required();
   command->add_option("--head", options->head, "head to draw")->capture_default_str();
   command->add_option("--perm", options->permutation, "int32 [H,MB] permutation file (default: plan here)");
