@@ -9,7 +9,7 @@
 namespace wavealign {
 
 BlockMask::BlockMask(int heads, int q_blocks, int kv_blocks)
-    : heads_(heads), q_blocks_(q_blocks), kv_blocks_(kv_blocks), words_per_row_((kv_blocks + 63) / 64) {
+    : heads_(heads), q_blocks_(q_blocks), kv_blocks_(kv_blocks), words_per_row_(kv_blocks / 64 + (kv_blocks % 64 != 0)) {
   WA_CHECK_ARG(heads >= 0, "heads", "must be >= 0, got ", heads);
   WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
   WA_CHECK_ARG(kv_blocks >= 0, "kv_blocks", "must be >= 0, got ", kv_blocks);

@@ -2,7 +2,8 @@
 // matrix-free subspace iteration, and the polar-angle order of the rows.
 //
 // The centered mask M~ = (I - 11^T/m) M is never formed: M~^T X = M^T X - c (1^T X)/m and
-// M~ Y = M Y - 1 (c^T Y)/m with c = M^T 1, so every iteration costs two sparse products, O(nnz).
+// M~ Y = M Y - 1 (c^T Y)/m with c = M^T 1, so every iteration costs two products with the 0/1 mask:
+// O(min(nnz, rows * cols / 8)) (core/mask_products.h).
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -11,85 +12,33 @@
 
 #include "wavealign/error.h"
 #include "wavealign/plan.h"
+#include "core/mask_products.h"
 #include "core/random.h"
 
 namespace wavealign {
 
 namespace {
 
-// One head's mask as CSR (rows) and CSC (columns), both with 32-bit indices. Both products are then
-// gathers over contiguous index streams, which run about 2x faster than a scatter-add for M^T X.
-struct HeadSparse {
-  int rows = 0;
-  int cols = 0;
-  std::vector<int32_t> row_ptr, row_cols;  // CSR
-  std::vector<int32_t> col_ptr, col_rows;  // CSC
-};
-
-HeadSparse head_sparse(const BlockMask& mask, int head) {
-  HeadSparse sparse;
-  sparse.rows = mask.q_blocks();
-  sparse.cols = mask.kv_blocks();
-  sparse.row_ptr.assign(sparse.rows + 1, 0);
-  sparse.col_ptr.assign(sparse.cols + 1, 0);
-  for (int i = 0; i < sparse.rows; ++i) {
-    const auto words = mask.row_words(head, i);
-    for (int w = 0; w < mask.words_per_row(); ++w)
-      for (uint64_t bits = words[w]; bits; bits &= bits - 1) {
-        const int j = w * 64 + std::countr_zero(bits);
-        sparse.row_cols.push_back(j);
-        ++sparse.col_ptr[j + 1];
-      }
-    sparse.row_ptr[i + 1] = int32_t(sparse.row_cols.size());
-  }
-  std::partial_sum(sparse.col_ptr.begin(), sparse.col_ptr.end(), sparse.col_ptr.begin());
-  sparse.col_rows.resize(sparse.row_cols.size());
-  std::vector<int32_t> fill(sparse.col_ptr.begin(), sparse.col_ptr.end() - 1);
-  for (int i = 0; i < sparse.rows; ++i)
-    for (int32_t e = sparse.row_ptr[i]; e < sparse.row_ptr[i + 1]; ++e)
-      sparse.col_rows[fill[sparse.row_cols[e]]++] = i;
-  return sparse;
-}
-
-// Two vectors stored interleaved, [n][2], so one gather fetches both components.
-using Pair = std::array<double, 2>;
-
-// out[r] = sum over the entries e of row r of in[index[e]] - mean_correction: a gather product with the
-// rank-1 centering term folded in. `weights` is c (column counts) for M~^T and 1 for M~.
-void gather_product(const std::vector<int32_t>& ptr, const std::vector<int32_t>& index,
-                    const std::vector<Pair>& in, std::vector<Pair>& out) {
-  const size_t n = ptr.size() - 1;
-  for (size_t r = 0; r < n; ++r) {
-    double s0 = 0, s1 = 0;
-    for (int32_t e = ptr[r]; e < ptr[r + 1]; ++e) {
-      const Pair& v = in[index[e]];
-      s0 += v[0];
-      s1 += v[1];
-    }
-    out[r] = {s0, s1};
-  }
-}
-
 // Y = M~^T X = M^T X - c (1^T X) / m
-void centered_transpose_product(const HeadSparse& a, const std::vector<double>& column_counts,
-                                const std::vector<Pair>& x, std::vector<Pair>& y) {
-  gather_product(a.col_ptr, a.col_rows, x, y);
+void centered_transpose_product(const HeadMatrix& a, const std::vector<Pair>& x, std::vector<Pair>& y) {
+  a.multiply_transposed(x, y);
   Pair x_sum{0, 0};
   for (const Pair& v : x) x_sum[0] += v[0], x_sum[1] += v[1];
-  const double inv_m = 1.0 / a.rows;
-  for (int j = 0; j < a.cols; ++j) {
-    y[j][0] -= column_counts[j] * x_sum[0] * inv_m;
-    y[j][1] -= column_counts[j] * x_sum[1] * inv_m;
+  const double inv_m = 1.0 / a.rows();
+  const std::vector<double>& c = a.column_counts();
+  for (int j = 0; j < a.cols(); ++j) {
+    y[j][0] -= c[j] * x_sum[0] * inv_m;
+    y[j][1] -= c[j] * x_sum[1] * inv_m;
   }
 }
 
 // Z = M~ Y = M Y - 1 (c^T Y) / m
-void centered_product(const HeadSparse& a, const std::vector<double>& column_counts, const std::vector<Pair>& y,
-                      std::vector<Pair>& z) {
-  gather_product(a.row_ptr, a.row_cols, y, z);
+void centered_product(const HeadMatrix& a, const std::vector<Pair>& y, std::vector<Pair>& z) {
+  a.multiply(y, z);
   Pair c_dot_y{0, 0};
-  for (int j = 0; j < a.cols; ++j) c_dot_y[0] += column_counts[j] * y[j][0], c_dot_y[1] += column_counts[j] * y[j][1];
-  const double inv_m = 1.0 / a.rows;
+  const std::vector<double>& c = a.column_counts();
+  for (int j = 0; j < a.cols(); ++j) c_dot_y[0] += c[j] * y[j][0], c_dot_y[1] += c[j] * y[j][1];
+  const double inv_m = 1.0 / a.rows();
   for (Pair& v : z) v[0] -= c_dot_y[0] * inv_m, v[1] -= c_dot_y[1] * inv_m;
 }
 
@@ -146,27 +95,27 @@ Subspace centered_subspace(const BlockMask& mask, int head, int iterations, uint
   result.u2.assign(rows, 0.0);
   if (rows == 0) return result;
 
-  const HeadSparse a = head_sparse(mask, head);
-  std::vector<double> column_counts(a.cols);  // c = M^T 1
-  for (int j = 0; j < a.cols; ++j) column_counts[j] = a.col_ptr[j + 1] - a.col_ptr[j];
+  int64_t nnz = 0;
+  for (int i = 0; i < rows; ++i) nnz += mask.row_nnz(head, i);
+  const HeadMatrix a(mask, head, HeadMatrix::cheaper_layout(nnz, rows, mask.kv_blocks()));
 
   // Seeded Gaussian start block, orthonormalized (Algorithm 1 line 3).
   SplitMix64 rng(seed ^ (0x9E3779B97F4A7C15ull * uint64_t(head + 1)));
-  std::vector<Pair> x(rows), y(a.cols), z(rows);
+  std::vector<Pair> x(rows), y(a.cols()), z(rows);
   for (Pair& v : x) v = {rng.normal(), rng.normal()};
   orthonormalize(x);
 
   for (int t = 0; t < iterations; ++t) {
-    centered_transpose_product(a, column_counts, x, y);
-    centered_product(a, column_counts, y, z);
+    centered_transpose_product(a, x, y);
+    centered_product(a, y, z);
     x.swap(z);
     orthonormalize(x);
   }
 
   // Rayleigh-Ritz (Algorithm 1 lines 11-14): B = X^T M~ M~^T X, a symmetric 2x2; rotate X onto its
   // eigenvectors so u1 carries the larger singular value.
-  centered_transpose_product(a, column_counts, x, y);
-  centered_product(a, column_counts, y, z);
+  centered_transpose_product(a, x, y);
+  centered_product(a, y, z);
   double b00 = 0, b01 = 0, b11 = 0;
   for (int i = 0; i < rows; ++i) {
     b00 += x[i][0] * z[i][0];

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/mask_products.h"
 #include "support/masks.h"
 #include "wavealign/error.h"
 #include "wavealign/plan.h"
@@ -143,6 +144,50 @@ bool same_cyclic_order(const std::vector<int32_t>& a, const std::vector<int32_t>
     backward = backward && a[k] == b[(start + n - k) % n];
   }
   return forward || backward;
+}
+
+TEST(MaskProducts, IndexAndBitLayoutsMatchTheDenseProducts) {
+  for (auto [rows, cols] : {std::pair{1, 1}, {63, 64}, {64, 65}, {130, 70}, {200, 129}}) {
+    const BlockMask mask = bernoulli_mask(2, rows, cols, 0.3, uint32_t(rows * 7 + cols));
+    std::vector<Pair> x(rows), y(cols);
+    for (int i = 0; i < rows; ++i) x[i] = {std::sin(i + 1.0), std::cos(3.0 * i)};
+    for (int j = 0; j < cols; ++j) y[j] = {std::cos(j + 0.5), std::sin(2.0 * j)};
+    for (auto layout : {HeadMatrix::Layout::kIndices, HeadMatrix::Layout::kBits}) {
+      const HeadMatrix a(mask, 1, layout);
+      std::vector<Pair> my(rows), mtx(cols);
+      a.multiply(y, my);
+      a.multiply_transposed(x, mtx);
+      for (int i = 0; i < rows; ++i) {
+        Pair expected{0, 0};
+        for (int j = 0; j < cols; ++j)
+          if (mask.test(1, i, j)) expected[0] += y[j][0], expected[1] += y[j][1];
+        EXPECT_NEAR(my[i][0], expected[0], 1e-12) << rows << "x" << cols << " row " << i;
+        EXPECT_NEAR(my[i][1], expected[1], 1e-12);
+      }
+      for (int j = 0; j < cols; ++j) {
+        Pair expected{0, 0};
+        int count = 0;
+        for (int i = 0; i < rows; ++i)
+          if (mask.test(1, i, j)) expected[0] += x[i][0], expected[1] += x[i][1], ++count;
+        EXPECT_NEAR(mtx[j][0], expected[0], 1e-12) << rows << "x" << cols << " column " << j;
+        EXPECT_NEAR(mtx[j][1], expected[1], 1e-12);
+        EXPECT_EQ(a.column_counts()[j], count);
+      }
+    }
+  }
+  EXPECT_EQ(HeadMatrix::cheaper_layout(100, 100, 100), HeadMatrix::Layout::kIndices);
+  EXPECT_EQ(HeadMatrix::cheaper_layout(5000, 100, 100), HeadMatrix::Layout::kBits);
+}
+
+TEST(Stage1, SparseAndDenseLayoutsBothMatchTheSvd) {
+  // 4% density takes the index layout, the circular mask (~45%) the bit layout.
+  std::vector<double> theta;
+  for (const BlockMask& mask : {bernoulli_mask(1, 120, 128, 0.04, 3), circular_mask(120, 128, 3, 0.2, &theta)}) {
+    const Subspace subspace = centered_subspace(mask, 0, 300, 0);
+    const Eigen::MatrixXd m = dense_head(mask, 0);
+    Eigen::JacobiSVD<Eigen::MatrixXd> svd(m.rowwise() - m.colwise().mean(), Eigen::ComputeThinU);
+    EXPECT_NEAR(subspace.sigma1, svd.singularValues()[0], 1e-6 * svd.singularValues()[0]) << mask.density();
+  }
 }
 
 TEST(Stage1, AgreesWithTheSvdOfTheCenteredMask) {
