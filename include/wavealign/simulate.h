@@ -38,12 +38,12 @@ struct SimResult {
   int64_t rows = 0;
   int64_t kv_accesses = 0;  // K/V block-pair reads
   int64_t kv_hits = 0;
-  int64_t far_hits = 0;     // two-partition model: hits served by the other half
+  int64_t far_hits = 0;     // two-partition model: K/V hits served by the other half (included in kv_hits)
   double l2_hit_ratio = 0;  // read bytes served by L2 / read bytes (K, V and Q), as ncu's lts read hit rate
   double kv_hit_ratio = 0;  // K/V accesses only
   int64_t hbm_read_bytes = 0;
   int64_t hbm_write_bytes = 0;
-  int64_t cache_capacity_bytes = 0;
+  int64_t cache_capacity_bytes = 0;  // unified: alpha * L2; two-partition: both halves together (L2)
   double makespan = 0;            // time units (block_time = 1)
   double predicted_ms = 0;        // roofline: max(FLOPs / attention rate, HBM bytes / bandwidth)
   std::vector<int64_t> wave_kv_union;  // distinct (head, KV block) per wave of `slots` schedule items
