@@ -11,6 +11,12 @@ if(NOT CMAKE_CUDA_COMPILER)
   return()
 endif()
 enable_language(CUDA)
+# C++20 for device code. CMake 3.25's NVIDIA module knows flags up to C++17 only (CUDA_STANDARD 20 then fails
+# at generation); nvcc >= 12 takes -std=c++20, so teach older CMakes the flag.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
 set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 if(NOT DEFINED WA_CUDA_ARCHITECTURES)
@@ -18,13 +24,66 @@ if(NOT DEFINED WA_CUDA_ARCHITECTURES)
 endif()
 find_package(CUDAToolkit REQUIRED)
 
-file(GLOB_RECURSE WA_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
+# CuTe/CUTLASS headers (header-only) for the Hopper kernel: by default the copy that the pinned pip package
+# nvidia-cutlass ships (requirements-dev.txt).
+if(NOT DEFINED WA_CUTLASS_INCLUDE)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  set(wa_cutlass_default "")
+  if(Python3_FOUND)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} -c "import cutlass_library; print(cutlass_library.source_path)"
+      OUTPUT_VARIABLE wa_cutlass_source OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE wa_cutlass_rc)
+    if(wa_cutlass_rc EQUAL 0 AND EXISTS "${wa_cutlass_source}/include/cute/tensor.hpp")
+      set(wa_cutlass_default "${wa_cutlass_source}/include")
+    endif()
+  endif()
+  set(WA_CUTLASS_INCLUDE "${wa_cutlass_default}" CACHE PATH "CUTLASS/CuTe include directory (holds cute/ and cutlass/)")
+endif()
+
+# The Hopper kernels need sm_90a (wgmma, setmaxnreg) and the CuTe headers; they build as a separate object
+# library for the 90a entries only, so the CuTe-heavy sources are not compiled a second time for sm_80.
+set(wa_sm90_architectures "")
+foreach(arch IN LISTS WA_CUDA_ARCHITECTURES)
+  if(arch MATCHES "^90a")
+    list(APPEND wa_sm90_architectures ${arch})
+  endif()
+endforeach()
+set(wa_build_sm90 OFF)
+if(wa_sm90_architectures AND EXISTS "${WA_CUTLASS_INCLUDE}/cute/tensor.hpp")
+  set(wa_build_sm90 ON)
+elseif(wa_sm90_architectures)
+  message(WARNING "wavealign: CUTLASS headers not found (set WA_CUTLASS_INCLUDE); building without the sm_90a kernels")
+endif()
+
+set(wa_cuda_flags --expt-relaxed-constexpr -lineinfo -Xptxas=--warn-on-spills)
+
+file(GLOB WA_CUDA_SOURCES CONFIGURE_DEPENDS
+  ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/attention/*.cu
+  ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm80/*.cu)
 add_library(wavealign_cuda ${WA_CUDA_SOURCES})
 add_library(wavealign::cuda ALIAS wavealign_cuda)
 set_target_properties(wavealign_cuda PROPERTIES CUDA_ARCHITECTURES "${WA_CUDA_ARCHITECTURES}")
 target_include_directories(wavealign_cuda
   PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
   PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(wavealign_cuda PUBLIC wavealign::core CUDA::cudart)
-target_compile_options(wavealign_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+# Static runtime: the test and bench binaries then need only the driver on the machine that runs them.
+target_link_libraries(wavealign_cuda PUBLIC wavealign::core CUDA::cudart_static)
+target_compile_options(wavealign_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${wa_cuda_flags}>)
 target_compile_definitions(wavealign_cuda PUBLIC WAVEALIGN_HAS_CUDA=1)
+
+if(wa_build_sm90)
+  file(GLOB WA_CUDA_SM90_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm90/*.cu)
+  add_library(wavealign_cuda_sm90 OBJECT ${WA_CUDA_SM90_SOURCES})
+  set_target_properties(wavealign_cuda_sm90 PROPERTIES CUDA_ARCHITECTURES "${wa_sm90_architectures}")
+  target_include_directories(wavealign_cuda_sm90
+    PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(wavealign_cuda_sm90 SYSTEM PRIVATE ${WA_CUTLASS_INCLUDE})
+  # -DNDEBUG keeps CUTLASS's device asserts out of the kernel; the softmax uses ex2.approx explicitly, so
+  # fast-math is not needed for speed and is left off to keep the LSE's log and division exact.
+  target_compile_options(wavealign_cuda_sm90 PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${wa_cuda_flags} -DNDEBUG --threads 1>)
+  target_link_libraries(wavealign_cuda_sm90 PRIVATE CUDA::cudart_static)
+  target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
+  target_compile_definitions(wavealign_cuda PRIVATE WAVEALIGN_HAS_SM90_KERNELS=1)
+  # TMA descriptors are encoded through the driver entry point that the runtime exposes; no -lcuda needed.
+endif()

@@ -19,6 +19,10 @@ using Stream = CUstream_st*;  // cudaStream_t
 
 enum class ElementType { kBf16, kFp16 };
 
+/// Which kernel family may run. kAuto picks the Hopper kernel (TMA + wgmma, warp-specialized) on sm_90 and
+/// the portable mma.sync kernel on sm_80/86/89; kSm80 forces the portable kernel (it also runs on sm_90).
+enum class KernelPath { kAuto, kSm90, kSm80 };
+
 /// One attention call. Q, K, V, O are [heads, tokens, head_dim] with the given strides (elements; the last
 /// dimension contiguous); LSE is [heads, tokens] float32 (natural log). The mask is CSR in the original row
 /// order (row r = head * q_blocks + query block, ascending KV indices). The kernel pops schedule items from
@@ -42,9 +46,12 @@ struct SparseAttentionArgs {
   const int32_t* col_idx = nullptr;     // device, [nnz]
   const ScheduleItem* schedule = nullptr;  // device, [heads * q_blocks]
   Traversal traversal = Traversal::kAscending;
+  KernelPath path = KernelPath::kAuto;
 };
 
 /// Answers "can this run here?" with the same dispatch the launch uses; `reason` names what is missing.
+/// Supported: bf16/fp16, head_dim 64/128, blocks 128x128 and 64x64, sm_80 or newer (Hopper kernel on sm_90).
+/// device -1 = the current device. Looks at the shape, dtype, block, path and device only, not the pointers.
 struct Support {
   bool supported = false;
   std::string reason;

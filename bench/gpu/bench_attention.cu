@@ -1,0 +1,266 @@
+// Times the block-sparse attention kernel on one configuration: random Bernoulli block mask (diagonal kept),
+// random inputs generated on the device, a schedule in the requested order. Reports the median of the timed
+// runs (CUDA events around the launch only) and the effective rate 4 * Bq * Bk * d * nnz_blocks / time.
+//
+//   bench_attention [--heads 8] [--tokens 32768] [--head-dim 128] [--block 128] [--dtype bf16|fp16]
+//                   [--density 0.28 | --dense] [--order original|concurrent|shuffled|wavealign]
+//                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--iters 10]
+//                   [--cold-l2] [--seed 1]
+//
+// --cold-l2 writes a buffer of twice the L2 size before each timed run, so every run starts with no K/V in
+// L2 (the labelled "cold" number); without it consecutive runs reuse whatever the previous one left.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "wavealign/attention.h"
+#include "wavealign/mask.h"
+#include "wavealign/plan.h"
+#include "wavealign/schedule.h"
+
+namespace {
+
+using namespace wavealign;
+using wavealign::cuda::ElementType;
+using wavealign::cuda::KernelPath;
+
+#define BENCH_CUDA(call)                                                                             \
+  do {                                                                                               \
+    const cudaError_t status = (call);                                                               \
+    if (status != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(status)); \
+  } while (0)
+
+struct Options {
+  int heads = 8;
+  int64_t tokens = 32768;
+  int head_dim = 128;
+  int block = 128;
+  ElementType type = ElementType::kBf16;
+  double density = 0.28;
+  bool dense = false;
+  std::string order = "original";
+  Traversal traversal = Traversal::kAscending;
+  KernelPath path = KernelPath::kAuto;
+  int warmup = 2;
+  int iters = 10;
+  bool cold_l2 = false;
+  uint64_t seed = 1;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument("missing value for " + flag);
+      return argv[++i];
+    };
+    if (flag == "--heads") o.heads = std::stoi(value());
+    else if (flag == "--tokens") o.tokens = std::stoll(value());
+    else if (flag == "--head-dim") o.head_dim = std::stoi(value());
+    else if (flag == "--block") o.block = std::stoi(value());
+    else if (flag == "--dtype") {
+      const std::string v = value();
+      if (v != "bf16" && v != "fp16") throw std::invalid_argument("--dtype bf16|fp16");
+      o.type = v == "bf16" ? ElementType::kBf16 : ElementType::kFp16;
+    } else if (flag == "--density") o.density = std::stod(value());
+    else if (flag == "--dense") o.dense = true;
+    else if (flag == "--order") o.order = value();
+    else if (flag == "--traversal") o.traversal = from_string<Traversal>(value());
+    else if (flag == "--path") {
+      const std::string v = value();
+      o.path = v == "sm90" ? KernelPath::kSm90 : v == "sm80" ? KernelPath::kSm80 : KernelPath::kAuto;
+    } else if (flag == "--warmup") o.warmup = std::stoi(value());
+    else if (flag == "--iters") o.iters = std::stoi(value());
+    else if (flag == "--cold-l2") o.cold_l2 = true;
+    else if (flag == "--seed") o.seed = std::stoull(value());
+    else throw std::invalid_argument("unknown flag " + flag);
+  }
+  if (o.iters < 1) throw std::invalid_argument("--iters must be >= 1");
+  return o;
+}
+
+/// Uniform values in [-1.5, 1.5) from a counter hash, stored as bf16/fp16 bits (both are 16-bit).
+__global__ void fill_random(uint16_t* out, size_t n, uint64_t seed, bool bf16) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    const float value = (float(x >> 40) / float(1ull << 24) - 0.5f) * 3.f;
+    if (bf16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(value);
+      out[i] = *reinterpret_cast<const uint16_t*>(&b);
+    } else {
+      const __half h = __float2half_rn(value);
+      out[i] = *reinterpret_cast<const uint16_t*>(&h);
+    }
+  }
+}
+
+BlockMask random_block_mask(int heads, int q_blocks, int kv_blocks, double density, uint64_t seed) {
+  BlockMask mask(heads, q_blocks, kv_blocks);
+  std::mt19937_64 rng(seed);
+  const uint64_t threshold = uint64_t(std::clamp(density, 0.0, 1.0) * 18446744073709551615.0);
+  for (int h = 0; h < heads; ++h)
+    for (int r = 0; r < q_blocks; ++r) {
+      for (int c = 0; c < kv_blocks; ++c)
+        if (rng() < threshold) mask.set(h, r, c);
+      if (r < kv_blocks) mask.set(h, r, r);
+    }
+  return mask;
+}
+
+Schedule make_bench_schedule(const Options& o, const BlockMask* mask, int q_blocks) {
+  if (o.order == "original") return original_schedule(o.heads, q_blocks, HeadOrder::kSequential);
+  if (o.order == "concurrent") return original_schedule(o.heads, q_blocks, HeadOrder::kConcurrent);
+  if (o.order == "shuffled") {
+    Schedule s = original_schedule(o.heads, q_blocks, HeadOrder::kSequential);
+    std::mt19937_64 rng(o.seed);
+    std::shuffle(s.items.begin(), s.items.end(), rng);
+    return s;
+  }
+  if (o.order == "wavealign") {
+    if (mask == nullptr) throw std::invalid_argument("--order wavealign needs a sparse mask");
+    PlanConfig config;
+    config.order = Order::kWaveAlign;
+    config.gpu = GpuPreset::kH200;
+    const Plan plan = make_plan(*mask, config);
+    std::printf("plan: %.1f ms for %d heads\n", plan.plan_ms, o.heads);
+    return make_schedule(plan, HeadOrder::kSequential);
+  }
+  throw std::invalid_argument("--order original|concurrent|shuffled|wavealign");
+}
+
+int run(const Options& o) {
+  const int q_blocks = blocks_for(o.tokens, o.block);
+  const int kv_blocks = blocks_for(o.tokens, o.block);
+  int64_t nnz = int64_t(o.heads) * q_blocks * kv_blocks;
+  std::vector<int64_t> row_ptr;
+  std::vector<int32_t> col_idx;
+  BlockMask mask;
+  if (!o.dense) {
+    mask = random_block_mask(o.heads, q_blocks, kv_blocks, o.density, o.seed);
+    CsrMask csr = mask.to_csr();
+    nnz = csr.nnz();
+    row_ptr = std::move(csr.row_ptr);
+    col_idx = std::move(csr.col_idx);
+  }
+  const Schedule schedule = make_bench_schedule(o, o.dense ? nullptr : &mask, q_blocks);
+
+  const size_t elements = size_t(o.heads) * size_t(o.tokens) * size_t(o.head_dim);
+  void *q, *k, *v, *out, *workspace, *items, *d_row_ptr = nullptr, *d_col_idx = nullptr;
+  float* lse;
+  BENCH_CUDA(cudaMalloc(&q, elements * 2));
+  BENCH_CUDA(cudaMalloc(&k, elements * 2));
+  BENCH_CUDA(cudaMalloc(&v, elements * 2));
+  BENCH_CUDA(cudaMalloc(&out, elements * 2));
+  BENCH_CUDA(cudaMalloc(&lse, size_t(o.heads) * o.tokens * sizeof(float)));
+  const bool bf16 = o.type == ElementType::kBf16;
+  fill_random<<<1024, 256>>>(static_cast<uint16_t*>(q), elements, o.seed * 3 + 1, bf16);
+  fill_random<<<1024, 256>>>(static_cast<uint16_t*>(k), elements, o.seed * 3 + 2, bf16);
+  fill_random<<<1024, 256>>>(static_cast<uint16_t*>(v), elements, o.seed * 3 + 3, bf16);
+  BENCH_CUDA(cudaGetLastError());
+  if (!o.dense) {
+    BENCH_CUDA(cudaMalloc(&d_row_ptr, row_ptr.size() * sizeof(int64_t)));
+    BENCH_CUDA(cudaMalloc(&d_col_idx, std::max<size_t>(col_idx.size(), 1) * sizeof(int32_t)));
+    BENCH_CUDA(cudaMemcpy(d_row_ptr, row_ptr.data(), row_ptr.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(d_col_idx, col_idx.data(), col_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  BENCH_CUDA(cudaMalloc(&items, schedule.items.size() * sizeof(ScheduleItem)));
+  BENCH_CUDA(cudaMemcpy(items, schedule.items.data(), schedule.items.size() * sizeof(ScheduleItem), cudaMemcpyHostToDevice));
+
+  cuda::SparseAttentionArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.o = out;
+  args.lse = lse;
+  args.heads = o.heads;
+  args.tokens = o.tokens;
+  args.head_dim = o.head_dim;
+  args.block = BlockShape{o.block, o.block};
+  args.element_type = o.type;
+  args.dense = o.dense;
+  args.row_ptr = static_cast<const int64_t*>(d_row_ptr);
+  args.col_idx = static_cast<const int32_t*>(d_col_idx);
+  args.schedule = static_cast<const ScheduleItem*>(items);
+  args.traversal = o.traversal;
+  args.path = o.path;
+  const cuda::Support support = cuda::query_support(args);
+  if (!support.supported) {
+    std::fprintf(stderr, "unsupported: %s\n", support.reason.c_str());
+    return 2;
+  }
+  BENCH_CUDA(cudaMalloc(&workspace, cuda::workspace_bytes(args)));
+
+  int device = 0, l2_bytes = 0;
+  BENCH_CUDA(cudaGetDevice(&device));
+  BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  void* flush = nullptr;
+  const size_t flush_bytes = size_t(l2_bytes) * 2;
+  if (o.cold_l2) BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
+
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < o.warmup + o.iters; ++i) {
+    if (o.cold_l2) BENCH_CUDA(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, stream));
+    BENCH_CUDA(cudaEventRecord(start, stream));
+    cuda::sparse_attention(args, workspace, stream);
+    BENCH_CUDA(cudaEventRecord(stop, stream));
+    BENCH_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= o.warmup) times.push_back(ms);
+  }
+  std::vector<float> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const float median = sorted[sorted.size() / 2];
+  const double flops = 4.0 * o.block * o.block * o.head_dim * double(nnz);
+  const double density = double(nnz) / (double(o.heads) * q_blocks * kv_blocks);
+  std::printf(
+      "kernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s traversal=%s "
+      "l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f\n",
+      support.kernel.c_str(), bf16 ? "bf16" : "fp16", o.heads, static_cast<long long>(o.tokens), o.head_dim, o.block,
+      density, static_cast<long long>(nnz), o.dense ? "dense" : o.order.c_str(),
+      std::string(to_string(o.traversal)).c_str(), o.cold_l2 ? "cold" : "warm", median, sorted.front(), sorted.back(),
+      flops / (median * 1e-3) / 1e12);
+
+  // A NaN in the output would make the timing meaningless: check a sample of LSE.
+  std::vector<float> lse_host(std::min<size_t>(size_t(o.heads) * o.tokens, 1 << 20));
+  BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const size_t nan_count = std::count_if(lse_host.begin(), lse_host.end(), [](float x) { return std::isnan(x); });
+  if (nan_count > 0) {
+    std::fprintf(stderr, "error: %zu NaN LSE values\n", nan_count);
+    return 3;
+  }
+  for (void* p : {q, k, v, out, static_cast<void*>(lse), workspace, items, d_row_ptr, d_col_idx, flush})
+    if (p != nullptr) cudaFree(p);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_attention: %s\n", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,17 @@
+// Launchers of the compiled kernel instantiations. Each is defined in one instantiation TU
+// (sm80/fwd_sm80_<dtype>.cu, sm90/fwd_sm90_<dtype>_d<dim>.cu); dispatch.cu is their only caller.
+#pragma once
+
+#include "cuda/attention/params.h"
+
+namespace wavealign::cuda::detail {
+
+/// Portable path: mma.sync m16n8k16 + cp.async, one warp per 16 query rows (runs on sm_80 and newer).
+template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
+void launch_fwd_sm80(const AttentionParams& params, Stream stream);
+
+/// Hopper path: TMA + wgmma, one producer warpgroup and kBlockM / 64 consumer warpgroups (sm_90a only).
+template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
+void launch_fwd_sm90(const AttentionParams& params, Stream stream);
+
+}  // namespace wavealign::cuda::detail

@@ -1,0 +1,278 @@
+// Mainloop of the Hopper kernel: the producer warp's TMA loads and the consumer warpgroups' wgmma GEMMs with
+// the online softmax.
+//
+// Producer, per item: Q once, then K and V of every KV block in walk order; the KV block index is the TMA
+// tile coordinate, read 32 at a time with one coalesced load per lane and broadcast by shuffle.
+// Consumers, per item (FA3's intra-warpgroup overlap): S_0 = Q K_0^T and its softmax; then for each later
+// block issue S_i = Q K_i^T and O += P_{i-1} V_{i-1} back to back, do the softmax of S_i while the PV GEMM
+// runs, rescale O once it has drained; finally the last PV. Every step depends only on the row's blocks in
+// walk order, never on timing, so O and LSE are the same bits under every schedule.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include <cstdint>
+
+#include "cuda/attention/params.h"
+#include "cuda/attention/softmax.cuh"
+#include "cuda/attention/sm90/kernel_traits.cuh"
+#include "cuda/attention/sm90/pipeline.cuh"
+#include "cuda/attention/sm90/tile_scheduler.cuh"
+#include "cuda/attention/work_item.cuh"
+
+namespace wavealign::cuda::detail::sm90 {
+
+/// Kernel parameters: the shared call description plus the three TMA descriptors (passed as a
+/// __grid_constant__ so the descriptors stay in parameter space, where TMA reads them).
+template <class Traits>
+struct KernelParams {
+  AttentionParams base;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+};
+
+template <class Traits>
+struct SharedStorage {
+  using Element = typename Traits::Element;
+  // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
+  cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
+  cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
+  cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
+  uint64_t q_full;
+  uint64_t q_empty;
+  uint64_t k_full[Traits::kStages];
+  uint64_t k_empty[Traits::kStages];
+  uint64_t v_full[Traits::kStages];
+  uint64_t v_empty[Traits::kStages];
+  uint64_t record_full[kRecordSlots];
+  uint64_t record_empty[kRecordSlots];
+  WorkRecord records[kRecordSlots];
+
+  __device__ void init_barriers() {
+    constexpr int kConsumerWarps = Traits::kConsumerWarps;
+    Barrier::init(&q_full, 1);
+    Barrier::init(&q_empty, kConsumerWarps);
+    for (int s = 0; s < Traits::kStages; ++s) {
+      Barrier::init(&k_full[s], 1);
+      Barrier::init(&k_empty[s], kConsumerWarps);
+      Barrier::init(&v_full[s], 1);
+      Barrier::init(&v_empty[s], kConsumerWarps);
+    }
+    for (int s = 0; s < kRecordSlots; ++s) {
+      Barrier::init(&record_full[s], 1);
+      Barrier::init(&record_empty[s], kConsumerWarps);
+    }
+  }
+
+  __device__ RecordRing record_ring() {
+    return RecordRing{records, record_full, record_empty, {}};
+  }
+};
+
+/// Fragment accessor over a CuTe register tensor (softmax.cuh indexes fragments through frag(i)).
+template <class Tensor>
+struct TensorFrag {
+  Tensor& tensor;
+  __device__ __forceinline__ float& operator()(int i) const { return tensor(i); }
+};
+
+/// One asynchronous wgmma batch over the whole K extent: c (+)= a * b. kZeroInit starts from zero instead
+/// of accumulating. The caller waits (warpgroup_wait) before reading c or reusing register operands.
+template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorC>
+__device__ __forceinline__ void gemm_async(TiledMma& tiled_mma, TensorA const& a, TensorB const& b, TensorC& c) {
+  // A is either smem descriptors (SS) or register values (RS); only register values need fencing.
+  constexpr bool kARegisters =
+      !cute::is_base_of<cute::SM90::GMMA::DescriptorIterator, typename TensorA::engine_type::iterator>::value;
+  if constexpr (kARegisters) cute::warpgroup_fence_operand(const_cast<TensorA&>(a));
+  cute::warpgroup_fence_operand(c);
+  cute::warpgroup_arrive();
+  tiled_mma.accumulate_ = kZeroInit ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int kb = 0; kb < cute::size<2>(a); ++kb) {
+    cute::gemm(tiled_mma, a(cute::_, cute::_, kb), b(cute::_, cute::_, kb), c);
+    tiled_mma.accumulate_ = cute::SM90::GMMA::ScaleOut::One;
+  }
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_fence_operand(c);
+  if constexpr (kARegisters) cute::warpgroup_fence_operand(const_cast<TensorA&>(a));
+}
+
+template <class Traits>
+struct Mainloop {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kStages = Traits::kStages;
+
+  /// Producer warp (all 32 lanes run the loop; lane 0 waits on barriers and issues TMA).
+  __device__ static void load(const KernelParams<Traits>& params, SharedStorage<Traits>& storage, int lane) {
+    using namespace cute;
+    const AttentionParams& p = params.base;
+    if (lane == 0) {
+      prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+      prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+      prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    }
+    const auto gmem_shape = make_shape(p.tokens, int32_t(kHeadDim), p.heads);
+    Tensor mQ = params.tma_q.get_tma_tensor(gmem_shape);
+    Tensor mK = params.tma_k.get_tma_tensor(gmem_shape);
+    Tensor mV = params.tma_v.get_tma_tensor(gmem_shape);
+    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
+
+    RecordRing ring = storage.record_ring();
+    StageCounter<kStages> kv;
+    uint32_t q_phase = 0;
+    int ticket = static_cast<int>(blockIdx.x);
+    for (;;) {
+      WorkRecord record{-1, 0, 0, -1};
+      WorkItem item;
+      if (ticket < p.items) {
+        item = decode_work_item(p, ticket);
+        record = WorkRecord{item.head, item.q_block, item.n_blocks, partial_position<kBlockN>(p, item)};
+      }
+      ring.publish(record, lane);
+      if (record.head < 0) break;
+
+      if (item.n_blocks > 0) {
+        Tensor gQ = local_tile(mQ(_, _, item.head), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                               make_coord(item.q_block, _0{}));
+        Tensor gK = local_tile(mK(_, _, item.head), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        Tensor gV = local_tile(mV(_, _, item.head), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+        auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+        auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+
+        if (lane == 0) {
+          // Q of the previous item is released after its last S GEMM.
+          Barrier::wait(&storage.q_empty, q_phase ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
+          copy(params.tma_q.with(storage.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+        }
+        q_phase ^= 1u;
+
+        for (int base = 0; base < item.n_blocks; base += 32) {
+          const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
+          const int count = min(32, item.n_blocks - base);
+          for (int j = 0; j < count; ++j) {
+            const int block = __shfl_sync(0xffffffffu, mine, j);
+            if (lane == 0) {
+              const int stage = kv.index();
+              const uint32_t phase = kv.phase();
+              Barrier::wait(&storage.k_empty[stage], phase ^ 1u);
+              TransactionBarrier::arrive_and_expect_tx(&storage.k_full[stage], Traits::kKVBytes);
+              copy(params.tma_k.with(storage.k_full[stage], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
+                   tKsK(_, stage));
+              Barrier::wait(&storage.v_empty[stage], phase ^ 1u);
+              TransactionBarrier::arrive_and_expect_tx(&storage.v_full[stage], Traits::kKVBytes);
+              copy(params.tma_v.with(storage.v_full[stage], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
+                   tVsV(_, stage));
+            }
+            kv.advance();
+          }
+        }
+      }
+      ticket = fetch_next_ticket(p, lane);
+    }
+    // Tail: wait until the consumers have released every stage, so no TMA write into this CTA's shared
+    // memory is still in flight when the producer warp retires.
+    if (lane == 0) {
+      for (int i = 0; i < kStages; ++i) {
+        Barrier::wait(&storage.k_empty[kv.index()], kv.phase() ^ 1u);
+        Barrier::wait(&storage.v_empty[kv.index()], kv.phase() ^ 1u);
+        kv.advance();
+      }
+    }
+  }
+
+  /// Result of one item for the epilogue: O accumulator (unnormalized) and the softmax state.
+  template <class TensorO>
+  __device__ static void compute_item(const AttentionParams& p, SharedStorage<Traits>& storage, const WorkRecord& record,
+                                      StageCounter<kStages>& kv, uint32_t& q_phase, TensorO& tOrO,
+                                      OnlineSoftmax& softmax, int tid) {
+    using namespace cute;
+    typename Traits::TiledMmaQK mma_qk;
+    typename Traits::TiledMmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(tid);
+    auto thr_pv = mma_pv.get_thread_slice(tid);
+    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutVt{});
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));
+    // P as the register A operand of the PV GEMM: per k16 slice ((2,2,2)) values in the accumulator's own
+    // order (softmax.cuh), so the conversion is element-wise with no shuffles.
+    Tensor tOrP = make_tensor<Element>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>>{});
+    static_assert(decltype(size(tSrS))::value == decltype(size(tOrP))::value, "P mirrors S");
+    TensorFrag<decltype(tSrS)> frag{tSrS};
+
+    const int lane = tid % 32;
+    const int quad_lane = lane & 3;
+    const int valid_in_partial = p.tokens - (p.kv_blocks - 1) * kBlockN;
+    const int n = record.n_blocks;
+
+    auto convert_p = [&]() {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+    };
+
+    Barrier::wait(&storage.q_full, q_phase);
+    q_phase ^= 1u;
+    softmax.reset();
+    clear(tOrO);
+
+    float factor[2];
+    {
+      const int stage = kv.index();
+      Barrier::wait(&storage.k_full[stage], kv.phase());
+      gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      release_stage(&storage.k_empty[stage], lane);
+      if (n == 1) release_stage(&storage.q_empty, lane);
+      if (record.partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
+      softmax.update<kBlockN>(frag, p.scale_log2, factor);
+      convert_p();
+    }
+    for (int position = 1; position < n; ++position) {
+      const int prev_stage = kv.index();
+      const uint32_t prev_phase = kv.phase();
+      kv.advance();
+      const int stage = kv.index();
+      Barrier::wait(&storage.k_full[stage], kv.phase());
+      gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      Barrier::wait(&storage.v_full[prev_stage], prev_phase);
+      gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrO);
+      warpgroup_wait<1>();  // S_i is ready; the PV GEMM may still run
+      warpgroup_fence_operand(tSrS);
+      release_stage(&storage.k_empty[stage], lane);
+      if (position == n - 1) release_stage(&storage.q_empty, lane);
+      if (position == record.partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
+      softmax.update<kBlockN>(frag, p.scale_log2, factor);
+      warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);
+      release_stage(&storage.v_empty[prev_stage], lane);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
+      convert_p();
+    }
+    {
+      const int stage = kv.index();
+      Barrier::wait(&storage.v_full[stage], kv.phase());
+      gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      release_stage(&storage.v_empty[stage], lane);
+      kv.advance();
+    }
+  }
+};
+
+}  // namespace wavealign::cuda::detail::sm90

@@ -1,0 +1,106 @@
+// Online softmax in registers, shared by the sm80 (mma.sync) and sm90 (wgmma) kernels.
+//
+// Both accumulator layouts give a thread the same view of a 16-row warp slice: rows g and g + 8 (g = lane / 4)
+// and, per 8-column tile v, the column pair 8v + 2t, 8v + 2t + 1 (t = lane % 4). Element (row half h, column
+// slot j) of a kCols-wide fragment sits at index (j & 1) + 2h + 4(j >> 1): the m16n8 C fragments of
+// consecutive n-tiles laid end to end, and CuTe's ((2,2,N/8)) wgmma accumulator, are both this order. The 4
+// lanes of a quad share a row, so row reductions are two xor-shuffles.
+//
+// Every operation depends only on the row's own scores in visiting order, so a row's result is independent
+// of which CTA runs it and when (the bitwise-invariance contract).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace wavealign::cuda::detail {
+
+/// 2^x with one MUFU.EX2 (max relative error 2^-22, denormals flushed): exact enough for the softmax and
+/// independent of --use_fast_math, so the build flags cannot change the bits.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// Index of (row half h, column slot j) in a thread's fragment.
+__host__ __device__ constexpr int frag_index(int h, int j) { return (j & 1) + 2 * h + 4 * (j >> 1); }
+
+/// Column (within the tile) of column slot j for quad lane t.
+__host__ __device__ constexpr int frag_column(int j, int t) { return 8 * (j >> 1) + 2 * t + (j & 1); }
+
+/// Sets scores of columns at or past `valid_columns` to -inf (the keys past the sequence end in the partial
+/// last KV block). frag(i) is the fragment accessor.
+template <int kCols, class Frag>
+__device__ __forceinline__ void mask_columns(Frag& frag, int valid_columns, int t) {
+#pragma unroll
+  for (int j = 0; j < kCols / 4; ++j) {
+    if (frag_column(j, t) >= valid_columns) {
+      frag(frag_index(0, j)) = -INFINITY;
+      frag(frag_index(1, j)) = -INFINITY;
+    }
+  }
+}
+
+/// Running max (raw score units) and per-thread partial sum of the two rows a thread holds.
+struct OnlineSoftmax {
+  float row_max[2];
+  float row_sum[2];
+
+  __device__ __forceinline__ void reset() {
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+  }
+
+  /// Folds one tile of raw scores into the running state and overwrites them with exp2-probabilities
+  /// relative to the new max. factor[h] is what the O rows accumulated so far must be multiplied by.
+  /// A row whose scores are all -inf so far keeps max -inf, probabilities 0 and factor 0 (never NaN).
+  template <int kCols, class Frag>
+  __device__ __forceinline__ void update(Frag& frag, float scale_log2, float (&factor)[2]) {
+    constexpr int kSlots = kCols / 4;  // column slots per row held by one thread
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = row_max[h];
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) tile_max = fmaxf(tile_max, frag(frag_index(h, j)));
+      tile_max = quad_max(tile_max);
+      // exp2(s * scale_log2 - max_scaled) is one FFMA + EX2; a -inf max is replaced by 0 so that
+      // (-inf) - (-inf) never occurs.
+      const float max_scaled = tile_max == -INFINITY ? 0.f : tile_max * scale_log2;
+      factor[h] = fast_exp2(row_max[h] * scale_log2 - max_scaled);
+      row_max[h] = tile_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) {
+        float& s = frag(frag_index(h, j));
+        s = fast_exp2(s * scale_log2 - max_scaled);
+        sum += s;
+      }
+      row_sum[h] = row_sum[h] * factor[h] + sum;
+    }
+  }
+
+  /// Normalizers and natural-log LSE of the two rows. An empty or fully masked row gives inv 0 (O = 0) and
+  /// LSE -inf.
+  __device__ __forceinline__ void finalize(float scale, float (&inv)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(row_sum[h]);
+      const bool empty = !(sum > 0.f);  // also catches NaN
+      inv[h] = empty ? 0.f : 1.f / sum;
+      lse[h] = empty ? -INFINITY : row_max[h] * scale + logf(sum);
+    }
+  }
+};
+
+}  // namespace wavealign::cuda::detail

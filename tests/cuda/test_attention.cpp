@@ -1,0 +1,233 @@
+// GPU block-sparse attention against the CPU fp32 reference, bitwise invariance under schedules, sawtooth,
+// dense mode and graph capture. Every test skips visibly without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "attention_harness.h"
+
+namespace wavealign::cuda::testing {
+namespace {
+
+struct Config {
+  ElementType type;
+  int head_dim;
+  int block;
+};
+
+std::string describe(const Config& c, int64_t tokens, double density, KernelPath path) {
+  std::ostringstream out;
+  out << path_name(path) << " " << type_name(c.type) << " d=" << c.head_dim << " block=" << c.block << "x" << c.block
+      << " tokens=" << tokens << " density=" << density;
+  return out.str();
+}
+
+// Checks one head of a multi-head output against the reference computed for that head alone.
+void expect_head_matches_reference(const Problem& problem, const Output& out, int head) {
+  const int64_t tokens = problem.shape.tokens;
+  const size_t elements = size_t(tokens) * problem.shape.head_dim;
+  Problem one = problem;
+  one.shape.heads = 1;
+  for (std::vector<float>* x : {&one.q, &one.k, &one.v})
+    *x = std::vector<float>(x->begin() + head * elements, x->begin() + (head + 1) * elements);
+  one.mask = BlockMask(1, problem.shape.q_blocks(), problem.shape.kv_blocks());
+  for (int r = 0; r < problem.shape.q_blocks(); ++r)
+    for (int c = 0; c < problem.shape.kv_blocks(); ++c)
+      if (problem.mask.test(head, r, c)) one.mask.set(0, r, c);
+  const Reference ref = compute_reference(one);
+  Output slice;
+  slice.o_bits.assign(out.o_bits.begin() + head * elements, out.o_bits.begin() + (head + 1) * elements);
+  slice.lse.assign(out.lse.begin() + head * tokens, out.lse.begin() + (head + 1) * tokens);
+  slice.padding_written = out.padding_written;
+  SCOPED_TRACE("head " + std::to_string(head));
+  expect_matches_reference(one, ref, slice);
+}
+
+const Config kConfigs[] = {
+    {ElementType::kBf16, 128, 128}, {ElementType::kBf16, 128, 64}, {ElementType::kBf16, 64, 128},
+    {ElementType::kBf16, 64, 64},   {ElementType::kFp16, 128, 128}, {ElementType::kFp16, 128, 64},
+    {ElementType::kFp16, 64, 128},  {ElementType::kFp16, 64, 64},
+};
+
+// Lengths: whole blocks (640), a partial last block at both block sizes (1000 = 7x128 + 104 = 15x64 + 40),
+// and one that leaves the second 64-key half of the last 128 block empty (300 = 2x128 + 44).
+TEST(Attention, MatchesReference) {
+  WA_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (const Config& config : kConfigs) {
+    for (int64_t tokens : {640, 1000, 300}) {
+      for (double density : {0.3, 1.0}) {
+        const Problem problem = make_problem(2, tokens, config.head_dim, config.block, config.type, density, seed++);
+        const Reference ref = compute_reference(problem);
+        GpuProblem gpu(problem);
+        const Schedule schedule = original_schedule(2, problem.shape.q_blocks(), HeadOrder::kSequential);
+        for (KernelPath path : device_paths(gpu)) {
+          SCOPED_TRACE(describe(config, tokens, density, path));
+          expect_matches_reference(problem, ref, gpu.run(schedule, Traversal::kAscending, path));
+        }
+      }
+    }
+  }
+}
+
+// Density 0: every row is empty, so O = 0 and LSE = -inf everywhere, with no NaN.
+TEST(Attention, AllRowsEmpty) {
+  WA_REQUIRE_GPU();
+  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+    Problem problem = make_problem(2, 500, config.head_dim, config.block, config.type, 0.0, 7);
+    problem.mask = BlockMask(2, problem.shape.q_blocks(), problem.shape.kv_blocks());
+    const Reference ref = compute_reference(problem);
+    GpuProblem gpu(problem);
+    const Schedule schedule = original_schedule(2, problem.shape.q_blocks(), HeadOrder::kSequential);
+    for (KernelPath path : device_paths(gpu)) {
+      SCOPED_TRACE(describe(config, 500, 0.0, path));
+      const Output out = gpu.run(schedule, Traversal::kAscending, path);
+      expect_matches_reference(problem, ref, out);
+      for (float lse : out.lse) ASSERT_TRUE(std::isinf(lse) && lse < 0);
+    }
+  }
+}
+
+// Enough items (8 heads x 32 query blocks = 256 at 128-blocks, 512 at 64-blocks) for every CTA of the
+// persistent grid to run several, in different orders. O and LSE must be the same bits under every schedule;
+// heads 0 and 7 are also checked against the reference.
+TEST(Attention, BitwiseInvariantAcrossSchedules) {
+  WA_REQUIRE_GPU();
+  for (const Config& config : {kConfigs[0], kConfigs[3], kConfigs[6]}) {
+    const int heads = 8;
+    const int64_t tokens = 4000;
+    const Problem problem = make_problem(heads, tokens, config.head_dim, config.block, config.type, 0.35, 11);
+    GpuProblem gpu(problem);
+    const auto schedules = test_schedules(heads, problem.shape.q_blocks(), 99);
+    for (KernelPath path : device_paths(gpu)) {
+      SCOPED_TRACE(describe(config, tokens, 0.35, path));
+      const Output first = gpu.run(schedules.front().second, Traversal::kAscending, path);
+      for (size_t s = 1; s < schedules.size(); ++s) {
+        SCOPED_TRACE("schedule " + schedules[s].first);
+        const Output other = gpu.run(schedules[s].second, Traversal::kAscending, path);
+        EXPECT_EQ(std::memcmp(first.o_bits.data(), other.o_bits.data(), first.o_bits.size() * 2), 0) << "O differs";
+        EXPECT_EQ(std::memcmp(first.lse.data(), other.lse.data(), first.lse.size() * 4), 0) << "LSE differs";
+      }
+      // Reference on two heads only (the CPU cost of all eight is not needed to check the indexing).
+      for (int head : {0, heads - 1}) expect_head_matches_reference(problem, first, head);
+    }
+  }
+}
+
+// Sawtooth changes each odd wave's summation order, so it matches the reference within tolerance, not
+// bitwise. Here the grid holds every item (one wave); the next test has odd waves.
+TEST(Attention, SawtoothMatchesReference) {
+  WA_REQUIRE_GPU();
+  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+    const Problem problem = make_problem(2, 1000, config.head_dim, config.block, config.type, 0.5, 21);
+    const Reference ref = compute_reference(problem);
+    GpuProblem gpu(problem);
+    for (const auto& [name, schedule] : test_schedules(2, problem.shape.q_blocks(), 5)) {
+      for (KernelPath path : device_paths(gpu)) {
+        SCOPED_TRACE(describe(config, 1000, 0.5, path) + " sawtooth " + name);
+        expect_matches_reference(problem, ref, gpu.run(schedule, Traversal::kSawtooth, path));
+      }
+    }
+  }
+}
+
+// A launch whose grid is smaller than the item count, so that odd waves exist: 16 heads x 32 blocks = 512
+// items over at most 132 x CTAs-per-SM slots.
+TEST(Attention, SawtoothOddWavesMatchAscending) {
+  WA_REQUIRE_GPU();
+  const Config config = kConfigs[0];
+  const Problem problem = make_problem(16, 4096, config.head_dim, config.block, config.type, 0.3, 31);
+  GpuProblem gpu(problem);
+  const Schedule schedule = original_schedule(16, problem.shape.q_blocks(), HeadOrder::kSequential);
+  for (KernelPath path : device_paths(gpu)) {
+    SCOPED_TRACE(path_name(path));
+    const Output ascending = gpu.run(schedule, Traversal::kAscending, path);
+    const Output sawtooth = gpu.run(schedule, Traversal::kSawtooth, path);
+    float max_diff = 0;
+    size_t differing = 0;
+    for (size_t i = 0; i < ascending.o_bits.size(); ++i) {
+      const float a = from_bits(ascending.o_bits[i], problem.type);
+      const float b = from_bits(sawtooth.o_bits[i], problem.type);
+      ASSERT_TRUE(std::isfinite(b));
+      max_diff = std::max(max_diff, std::fabs(a - b));
+      differing += ascending.o_bits[i] != sawtooth.o_bits[i];
+    }
+    EXPECT_LE(max_diff, 1e-2f);
+    EXPECT_GT(differing, 0u) << "sawtooth should change some rounding in odd waves";
+    expect_head_matches_reference(problem, sawtooth, 15);  // its tickets come late: odd waves
+  }
+}
+
+// Dense mode visits every block in ascending order, exactly as a full CSR mask does.
+TEST(Attention, DenseModeEqualsFullMask) {
+  WA_REQUIRE_GPU();
+  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+    Problem problem = make_problem(3, 1000, config.head_dim, config.block, config.type, 1.0, 41);
+    problem.mask.set(0, 0, 0, true);
+    for (int c = 0; c < problem.shape.kv_blocks(); ++c) problem.mask.set(0, 0, c, true);
+    const Reference ref = compute_reference(problem);
+    GpuProblem gpu(problem);
+    const Schedule schedule = original_schedule(3, problem.shape.q_blocks(), HeadOrder::kConcurrent);
+    for (KernelPath path : device_paths(gpu)) {
+      SCOPED_TRACE(describe(config, 1000, 1.0, path) + " dense");
+      const Output csr = gpu.run(schedule, Traversal::kAscending, path, false);
+      const Output dense = gpu.run(schedule, Traversal::kAscending, path, true);
+      expect_matches_reference(problem, ref, dense);
+      EXPECT_EQ(std::memcmp(csr.o_bits.data(), dense.o_bits.data(), csr.o_bits.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(csr.lse.data(), dense.lse.data(), csr.lse.size() * 4), 0);
+    }
+  }
+}
+
+// The launch does no host synchronization, so it can be captured into a graph and replayed.
+TEST(Attention, CapturableInCudaGraph) {
+  WA_REQUIRE_GPU();
+  const Config config = kConfigs[0];
+  const Problem problem = make_problem(4, 1500, config.head_dim, config.block, config.type, 0.4, 51);
+  GpuProblem gpu(problem);
+  const Schedule schedule = original_schedule(4, problem.shape.q_blocks(), HeadOrder::kSequential);
+  DeviceBuffer items = upload(schedule.items);
+  for (KernelPath path : device_paths(gpu)) {
+    SCOPED_TRACE(path_name(path));
+    const Output direct = gpu.run(schedule, Traversal::kAscending, path);
+    cudaStream_t stream;
+    WA_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const SparseAttentionArgs args = gpu.args(items.as<ScheduleItem>(), Traversal::kAscending, path, false);
+    sparse_attention(args, gpu.workspace(), stream);  // first call outside capture: one-time attribute setup
+    WA_CUDA_OK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    WA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    sparse_attention(args, gpu.workspace(), stream);
+    WA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    WA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    gpu.poison();
+    for (int replay = 0; replay < 3; ++replay) WA_CUDA_OK(cudaGraphLaunch(exec, stream));
+    WA_CUDA_OK(cudaStreamSynchronize(stream));
+    const Output replayed = gpu.download();
+    EXPECT_EQ(std::memcmp(direct.o_bits.data(), replayed.o_bits.data(), direct.o_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(direct.lse.data(), replayed.lse.data(), direct.lse.size() * 4), 0);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// A tiny case for compute-sanitizer: 1 head, 384 + 56 tokens (partial block), one empty row, both paths.
+TEST(Attention, SanitizerSmallCase) {
+  WA_REQUIRE_GPU();
+  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+    const Problem problem = make_problem(1, 440, config.head_dim, config.block, config.type, 0.5, 61);
+    const Reference ref = compute_reference(problem);
+    GpuProblem gpu(problem);
+    const Schedule schedule = original_schedule(1, problem.shape.q_blocks(), HeadOrder::kSequential);
+    for (KernelPath path : device_paths(gpu)) {
+      SCOPED_TRACE(describe(config, 440, 0.5, path));
+      expect_matches_reference(problem, ref, gpu.run(schedule, Traversal::kSawtooth, path));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace wavealign::cuda::testing
