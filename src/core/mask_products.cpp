@@ -57,19 +57,23 @@ void table_product(const std::vector<uint64_t>& bits, int words_per_row, int row
   }
   for (int r = 0; r < rows; ++r) {
     const uint8_t* row_bytes = reinterpret_cast<const uint8_t*>(bits.data() + size_t(r) * words_per_row);
-    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    double a0 = 0, a1 = 0, b0 = 0, b1 = 0, c0 = 0, c1 = 0, d0 = 0, d1 = 0;
     int g = 0;
-    for (; g + 2 <= groups; g += 2) {
+    for (; g + 4 <= groups; g += 4) {
       const Pair& u = table[size_t(g) * 256 + row_bytes[g]];
       const Pair& v = table[size_t(g + 1) * 256 + row_bytes[g + 1]];
+      const Pair& w = table[size_t(g + 2) * 256 + row_bytes[g + 2]];
+      const Pair& z = table[size_t(g + 3) * 256 + row_bytes[g + 3]];
       a0 += u[0], a1 += u[1];
       b0 += v[0], b1 += v[1];
+      c0 += w[0], c1 += w[1];
+      d0 += z[0], d1 += z[1];
     }
-    if (g < groups) {
+    for (; g < groups; ++g) {
       const Pair& u = table[size_t(g) * 256 + row_bytes[g]];
       a0 += u[0], a1 += u[1];
     }
-    out[r] = {a0 + b0, a1 + b1};
+    out[r] = {(a0 + b0) + (c0 + d0), (a1 + b1) + (c1 + d1)};
   }
 }
 
