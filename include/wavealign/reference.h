@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "wavealign/mask.h"
 #include "wavealign/schedule.h"

@@ -37,7 +37,12 @@ enum class HeadKind {
 };
 HeadKind head_kind(int head);  // heads cycle spatial, temporal, content
 
-/// Seeded Q, K, V of one head, [tokens, head_dim] each, float32. Deterministic in (shape, head, seed).
+/// Seeded Q, K, V of one head, [tokens, head_dim] each, float32. Deterministic in (shape, head, seed), with
+/// its own generators rather than <random> distributions (whose algorithms differ between standard libraries)
+/// and independent of the thread count. Q and K share a per-head structure (a smooth embedding of the
+/// token's (y, x), its frame and its object label, weighted by head_kind) plus independent N(0, 1) noise;
+/// V is N(0, 1). Uses the shape's fields only, so hand-made shapes work too.
+/// Throws InvalidArgument("shape") for non-positive sizes and InvalidArgument("head") outside [0, heads).
 struct HeadQkv {
   std::vector<float> q, k, v;
 };
@@ -54,22 +59,27 @@ PooledQk pooled_head_qk(const VideoShape& shape, int head, BlockShape block, uin
 /// Block means of token rows: x is [tokens, dim]; the partial last block averages its valid rows only.
 std::vector<float> pool_blocks(std::span<const float> x, int64_t tokens, int dim, int block);
 
-/// Bernoulli(density) per block; block (i, i*kv_blocks/q_blocks) always kept.
+/// Bernoulli(density) per block; block (i, i*kv_blocks/q_blocks) always kept. density in [0, 1] and positive
+/// sizes, else InvalidArgument naming the argument.
 BlockMask random_mask(int heads, int q_blocks, int kv_blocks, double density, uint64_t seed);
 
 struct VideoMaskOptions {
-  /// Target fraction of kept blocks over all heads; the cumulative-mass threshold is found by bisection.
+  /// Target fraction of kept blocks over all heads, in (0, 1]: one threshold for all heads, chosen so that the
+  /// kept-block count is the achievable one closest to the target (what bisecting the threshold converges to).
   /// <= 0: use `threshold` as given.
   double density = 0.28;
-  double threshold = 0.9;  // per-row cumulative softmax mass to keep
+  double threshold = 0.9;  // per-row cumulative softmax mass to keep, in (0, 1]
 };
 
-/// Mask from pooled scores: softmax(q_pool k_pool^T / sqrt(d)) per row, keep the top blocks until their
-/// cumulative mass reaches the threshold; the diagonal block is always kept. pooled: one entry per head.
+/// Mask from pooled scores: softmax(q_pool k_pool^T / sqrt(d)) per row in fp32, blocks in descending
+/// probability (ties to the lower index), keep the shortest prefix whose fp32 cumulative mass reaches the
+/// threshold (the crossing block included); the diagonal block (i, i*kv_blocks/q_blocks) is always kept.
+/// pooled: one entry per head. Throws InvalidArgument naming "density", "threshold", "pooled", "q_blocks",
+/// "kv_blocks" or "head_dim".
 BlockMask video_mask_from_pooled(std::span<const PooledQk> pooled, int q_blocks, int kv_blocks, int head_dim,
                                  const VideoMaskOptions& options);
 
-/// pooled_head_qk for `heads` heads, then video_mask_from_pooled.
+/// pooled_head_qk for heads 0..heads-1 (heads in [1, shape.heads]), then video_mask_from_pooled.
 BlockMask video_mask(const VideoShape& shape, int heads, BlockShape block, const VideoMaskOptions& options,
                      uint64_t seed);
 

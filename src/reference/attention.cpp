@@ -1,0 +1,212 @@
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "wavealign/error.h"
+#include "wavealign/reference.h"
+
+namespace wavealign {
+
+namespace {
+
+void check_shape(const AttentionShape& shape) {
+  WA_CHECK_ARG(shape.heads > 0, "heads", "must be > 0, got ", shape.heads);
+  WA_CHECK_ARG(shape.tokens > 0, "tokens", "must be > 0, got ", shape.tokens);
+  WA_CHECK_ARG(shape.head_dim > 0, "head_dim", "must be > 0, got ", shape.head_dim);
+  WA_CHECK_ARG(shape.block.q_block > 0, "q_block", "must be > 0, got ", shape.block.q_block);
+  WA_CHECK_ARG(shape.block.kv_block > 0, "kv_block", "must be > 0, got ", shape.block.kv_block);
+}
+
+void check_size(size_t actual, size_t expected, const char* argument, const char* layout) {
+  WA_CHECK_ARG(actual == expected, argument, "has ", actual, " values, expected ", layout, " = ", expected);
+}
+
+void check_mask(const CsrMask& mask, const AttentionShape& shape) {
+  WA_CHECK_ARG(mask.heads == shape.heads && mask.q_blocks == shape.q_blocks() && mask.kv_blocks == shape.kv_blocks(),
+               "mask", "is ", mask.heads, "x", mask.q_blocks, "x", mask.kv_blocks, " (heads x q_blocks x kv_blocks), "
+               "expected ", shape.heads, "x", shape.q_blocks(), "x", shape.kv_blocks());
+  try {
+    mask.validate();
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument("mask", error.what());
+  }
+}
+
+void check_schedule(const Schedule& schedule, const AttentionShape& shape) {
+  const int q_blocks = shape.q_blocks();
+  WA_CHECK_ARG(schedule.heads == shape.heads && schedule.q_blocks == q_blocks, "schedule", "is for ", schedule.heads,
+               "x", schedule.q_blocks, " rows, expected ", shape.heads, "x", q_blocks);
+  const size_t rows = size_t(shape.heads) * q_blocks;
+  WA_CHECK_ARG(schedule.items.size() == rows, "schedule", "has ", schedule.items.size(), " items, expected ", rows);
+  std::vector<char> seen(rows, 0);
+  for (size_t t = 0; t < rows; ++t) {
+    const ScheduleItem& item = schedule.items[t];
+    WA_CHECK_ARG(item.head >= 0 && item.head < shape.heads && item.q_block >= 0 && item.q_block < q_blocks,
+                 "schedule", "item ", t, " = (", item.head, ", ", item.q_block, ") is outside the mask");
+    const size_t row = size_t(item.head) * q_blocks + item.q_block;
+    WA_CHECK_ARG(!seen[row], "schedule", "item ", t, " repeats (", item.head, ", ", item.q_block, ")");
+    seen[row] = 1;
+  }
+}
+
+// q . k in fp32 with 8 interleaved partial sums (combined pairwise at the end): a fixed order, independent of
+// the schedule, that the compiler vectorizes.
+float dot(const float* a, const float* b, int n) {
+  constexpr int kLanes = 8;
+  float partial[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int l = 0; l < kLanes; ++l) partial[l] += a[c + l] * b[c + l];
+  for (int l = 0; c < n; ++c, ++l) partial[l] += a[c] * b[c];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) partial[l] += partial[l + width];
+  return partial[0];
+}
+
+struct RowScratch {
+  std::vector<float> scores;  // [kv_block]
+  std::vector<float> acc;     // [head_dim]
+};
+
+// One (head, query block) row: each query token walks the row's KV blocks in ascending order with an online
+// softmax, one block at a time as the kernels do (rescale by exp(m_old - m_new), then add the block).
+void attend_row(const AttentionShape& shape, std::span<const float> q, std::span<const float> k,
+                std::span<const float> v, std::span<const int32_t> blocks, float scale, int head, int q_block,
+                std::span<float> o, std::span<float> lse, RowScratch& scratch) {
+  const int d = shape.head_dim;
+  const int64_t tokens = shape.tokens;
+  const size_t head_offset = size_t(head) * size_t(tokens);
+  const int64_t t0 = int64_t(q_block) * shape.block.q_block;
+  const int64_t t1 = std::min(tokens, t0 + shape.block.q_block);
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* query = &q[(head_offset + t) * d];
+    float m = -std::numeric_limits<float>::infinity();
+    float l = 0.0f;
+    std::fill(scratch.acc.begin(), scratch.acc.end(), 0.0f);
+    for (int32_t block : blocks) {
+      const int64_t s0 = int64_t(block) * shape.block.kv_block;
+      const int64_t s1 = std::min(tokens, s0 + shape.block.kv_block);
+      const int n = int(s1 - s0);
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int s = 0; s < n; ++s) {
+        scratch.scores[s] = dot(query, &k[(head_offset + s0 + s) * d], d) * scale;
+        block_max = std::max(block_max, scratch.scores[s]);
+      }
+      const float m_new = std::max(m, block_max);
+      const float correction = std::exp(m - m_new);  // exp(-inf) = 0 on the first block
+      l *= correction;
+      for (float& a : scratch.acc) a *= correction;
+      for (int s = 0; s < n; ++s) {
+        const float p = std::exp(scratch.scores[s] - m_new);
+        l += p;
+        const float* value = &v[(head_offset + s0 + s) * d];
+        for (int c = 0; c < d; ++c) scratch.acc[c] += p * value[c];
+      }
+      m = m_new;
+    }
+    float* out = &o[(head_offset + t) * d];
+    if (blocks.empty()) {
+      std::fill(out, out + d, 0.0f);
+      lse[head_offset + t] = -std::numeric_limits<float>::infinity();
+    } else {
+      for (int c = 0; c < d; ++c) out[c] = scratch.acc[c] / l;
+      lse[head_offset + t] = m + std::log(l);
+    }
+  }
+}
+
+// Rows per thread below which threading is not worth starting: one row of 128 tokens against 10 blocks of
+// 128 keys is ~40 MFLOP, so 16 rows keep a thread busy for tens of milliseconds.
+constexpr size_t kRowsPerThread = 16;
+
+}  // namespace
+
+void reference_attention(const AttentionShape& shape, std::span<const float> q, std::span<const float> k,
+                         std::span<const float> v, const CsrMask& mask, float scale, std::span<float> o,
+                         std::span<float> lse, const Schedule* schedule) {
+  check_shape(shape);
+  const size_t elements = size_t(shape.heads) * size_t(shape.tokens) * size_t(shape.head_dim);
+  check_size(q.size(), elements, "q", "heads*tokens*head_dim");
+  check_size(k.size(), elements, "k", "heads*tokens*head_dim");
+  check_size(v.size(), elements, "v", "heads*tokens*head_dim");
+  check_mask(mask, shape);
+  WA_CHECK_ARG(std::isfinite(scale), "scale", "must be finite, got ", scale);
+  check_size(o.size(), elements, "o", "heads*tokens*head_dim");
+  check_size(lse.size(), size_t(shape.heads) * size_t(shape.tokens), "lse", "heads*tokens");
+  if (schedule) check_schedule(*schedule, shape);
+
+  const int q_blocks = shape.q_blocks();
+  const size_t rows = size_t(shape.heads) * q_blocks;
+  auto row_at = [&](size_t position) {
+    if (schedule) return schedule->items[position];
+    return ScheduleItem{int32_t(position / q_blocks), int32_t(position % q_blocks)};
+  };
+  // Rows write disjoint outputs and each row's arithmetic is self-contained, so handing rows to threads in
+  // schedule order gives the same bits as a serial walk.
+  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const size_t workers = std::clamp<size_t>(rows / kRowsPerThread, 1, hardware);
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    RowScratch scratch{std::vector<float>(shape.block.kv_block), std::vector<float>(shape.head_dim)};
+    for (size_t position = next++; position < rows; position = next++) {
+      const ScheduleItem item = row_at(position);
+      attend_row(shape, q, k, v, mask.row(item.head, item.q_block), scale, item.head, item.q_block, o, lse,
+                 scratch);
+    }
+  };
+  std::vector<std::jthread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(run);
+  run();
+}
+
+namespace {
+
+// Moves whole query blocks of every head: block `to` of the result is block `from` of x, where
+// (to, from) = (p, permutation[p]) when gathering and (permutation[p], p) when scattering back.
+std::vector<float> move_token_blocks(std::span<const float> x, const AttentionShape& shape,
+                                     std::span<const int32_t> permutations, int dim, bool gather) {
+  check_shape(shape);
+  WA_CHECK_ARG(dim > 0, "dim", "must be > 0, got ", dim);
+  const size_t head_values = size_t(shape.tokens) * dim;
+  check_size(x.size(), size_t(shape.heads) * head_values, "x", "heads*tokens*dim");
+  const int q_blocks = shape.q_blocks();
+  const int block = shape.block.q_block;
+  check_size(permutations.size(), size_t(shape.heads) * q_blocks, "permutations", "heads*q_blocks");
+  const bool partial = shape.tokens % block != 0;
+  for (int h = 0; h < shape.heads; ++h) {
+    const auto permutation = permutations.subspan(size_t(h) * q_blocks, q_blocks);
+    check_permutation(permutation, "permutations");
+    WA_CHECK_ARG(!partial || permutation[q_blocks - 1] == q_blocks - 1, "permutations", "head ", h,
+                 " moves the partial last block (", shape.tokens, " tokens are not a multiple of q_block ", block,
+                 ")");
+  }
+  std::vector<float> result(x.size());
+  for (int h = 0; h < shape.heads; ++h) {
+    const auto permutation = permutations.subspan(size_t(h) * q_blocks, q_blocks);
+    const size_t base = size_t(h) * head_values;
+    for (int p = 0; p < q_blocks; ++p) {
+      const int64_t to = gather ? p : permutation[p], from = gather ? permutation[p] : p;
+      const int64_t rows = std::min<int64_t>(block, shape.tokens - from * block);
+      std::copy_n(x.begin() + base + size_t(from) * block * dim, size_t(rows) * dim,
+                  result.begin() + base + size_t(to) * block * dim);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+std::vector<float> permute_token_blocks(std::span<const float> x, const AttentionShape& shape,
+                                        std::span<const int32_t> permutations, int dim) {
+  return move_token_blocks(x, shape, permutations, dim, true);
+}
+
+std::vector<float> unpermute_token_blocks(std::span<const float> x, const AttentionShape& shape,
+                                          std::span<const int32_t> permutations, int dim) {
+  return move_token_blocks(x, shape, permutations, dim, false);
+}
+
+}  // namespace wavealign
