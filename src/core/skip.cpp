@@ -41,9 +41,25 @@ MaskStats mask_stats(const BlockMask& mask, int head, const GpuModel& gpu, const
   }
   int64_t touched_blocks = 0;
   for (uint64_t word : touched) touched_blocks += std::popcount(word);
+  const int64_t pair_bytes = 2ll * model.kv_block * model.head_dim * model.element_bytes;
+
+  // Union of each wave of `slots` consecutive rows: OR their words, count the bits.
+  const int wave = gpu.slots();
+  int64_t union_blocks = 0;
+  int waves = 0;
+  std::vector<uint64_t> wave_union(words);
+  for (int begin = 0; begin < mask.q_blocks(); begin += wave, ++waves) {
+    std::fill(wave_union.begin(), wave_union.end(), 0);
+    for (int i = begin; i < std::min(mask.q_blocks(), begin + wave); ++i) {
+      const auto row = mask.row_words(head, i);
+      for (int w = 0; w < words; ++w) wave_union[w] |= row[w];
+    }
+    for (uint64_t word : wave_union) union_blocks += std::popcount(word);
+  }
+  stats.wave_working_set_bytes = waves ? union_blocks * pair_bytes / waves : 0;
   const double cells = double(mask.q_blocks()) * mask.kv_blocks();
   stats.density = cells > 0 ? double(stats.nnz) / cells : 0.0;
-  stats.kv_working_set_bytes = touched_blocks * 2ll * model.kv_block * model.head_dim * model.element_bytes;
+  stats.kv_working_set_bytes = touched_blocks * pair_bytes;
   stats.usable_l2_bytes = gpu.usable_l2_bytes();
   stats.adjacent_jaccard = mask.q_blocks() > 1 ? jaccard_sum / (mask.q_blocks() - 1) : 1.0;
   return stats;
@@ -58,14 +74,18 @@ SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model
   if (stats.density < model.min_density)
     return {true, format("density %.2f%% is below %.2f%%: too little attention work to amortize the plan",
                          100 * stats.density, 100 * model.min_density)};
+  if (double(stats.wave_working_set_bytes) <= model.wave_working_set_fit * double(stats.usable_l2_bytes))
+    return {true, format("the original order's waves read %.1f MiB of K/V on average, which fits in the usable "
+                         "L2 (%.1f MiB): the original order already has the locality",
+                         stats.wave_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB)};
   if (stats.adjacent_jaccard >= model.max_adjacent_jaccard)
     return {true, format("adjacent rows already share %.0f%% of their blocks (Jaccard >= %.0f%%): the original "
                          "order has the locality",
                          100 * stats.adjacent_jaccard, 100 * model.max_adjacent_jaccard)};
-  return {false, format("K/V working set %.1f MiB exceeds the usable L2 (%.1f MiB), density %.1f%%, adjacent "
-                        "Jaccard %.2f: reordering can pay",
-                        stats.kv_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB, 100 * stats.density,
-                        stats.adjacent_jaccard)};
+  return {false, format("K/V working set %.1f MiB and mean wave working set %.1f MiB exceed the usable L2 "
+                        "(%.1f MiB), density %.1f%%, adjacent Jaccard %.2f: reordering can pay",
+                        stats.kv_working_set_bytes / kMiB, stats.wave_working_set_bytes / kMiB,
+                        stats.usable_l2_bytes / kMiB, 100 * stats.density, stats.adjacent_jaccard)};
 }
 
 double predicted_kernel_ms(const SimResult& result, const GpuModel& gpu, const SkipModel& model) {

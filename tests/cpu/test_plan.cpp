@@ -353,6 +353,20 @@ TEST(Skip, StatisticsAreExact) {
   EXPECT_EQ(stats.kv_working_set_bytes, 7 * 2 * 128 * 128 * 2);
   EXPECT_NEAR(stats.adjacent_jaccard, (2.0 / 6 + 0 + 1) / 3, 1e-12);
   EXPECT_EQ(stats.usable_l2_bytes, (60ll << 20) / 2);
+  EXPECT_EQ(stats.wave_working_set_bytes, 7 * 2 * 128 * 128 * 2) << "one wave holds all 4 rows";
+}
+
+TEST(Skip, OriginalWavesThatFitSkip) {
+  // A band of 100 blocks around the diagonal (density ~10%): the head reads 1,000 blocks (62.5 MiB) in all,
+  // but a wave of 132 consecutive rows reads at most 232 of them (14.5 MiB), which the L2 holds.
+  BlockMask mask(1, 1000, 1000);
+  for (int i = 0; i < 1000; ++i)
+    for (int j = std::max(0, i - 50); j < std::min(1000, i + 50); ++j) mask.set(0, i, j);
+  PlanConfig config = config_for(Order::kWaveAlign, 132);
+  config.skip = SkipPolicy::kAuto;
+  const Plan plan = make_plan(mask, config);
+  EXPECT_TRUE(plan.head_plans[0].skip.skipped);
+  EXPECT_NE(plan.head_plans[0].skip.reason.find("waves read"), std::string::npos) << plan.head_plans[0].skip.reason;
 }
 
 TEST(PlanErrors, BadArgumentsAreNamed) {

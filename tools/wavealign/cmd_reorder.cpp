@@ -47,7 +47,8 @@ int run_reorder(const ReorderOptions& options) {
                        {"stage2_ms", head_plan.stage2_ms},
                        {"density", head_plan.stats.density},
                        {"adjacent_jaccard", head_plan.stats.adjacent_jaccard},
-                       {"kv_working_set_bytes", head_plan.stats.kv_working_set_bytes}});
+                       {"kv_working_set_bytes", head_plan.stats.kv_working_set_bytes},
+                       {"wave_working_set_bytes", head_plan.stats.wave_working_set_bytes}});
     std::cout << nlohmann::json{{"mask", options.mask},
                                 {"out", options.out},
                                 {"order", options.order},
