@@ -1,0 +1,117 @@
+// The fused CUDA kernel on raw device pointers. The Python side owns the tensors and passes their addresses
+// and the caller's stream, so a call costs no DLPack exchange, no allocation and no host synchronization.
+// Without the CUDA library only `has_cuda = False` is bound.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "bindings.h"
+#include "wavealign/error.h"
+
+#if defined(WAVEALIGN_HAS_CUDA)
+#include "wavealign/attention.h"
+#endif
+
+namespace wavealign::python {
+
+namespace nb = nanobind;
+
+#if defined(WAVEALIGN_HAS_CUDA)
+
+namespace {
+
+cuda::ElementType element_type_of(const std::string& name) {
+  if (name == "bfloat16") return cuda::ElementType::kBf16;
+  if (name == "float16") return cuda::ElementType::kFp16;
+  throw InvalidArgument("q", "dtype " + name + " is not supported by the CUDA kernel (bfloat16, float16)");
+}
+
+cuda::KernelPath kernel_path_of(const std::string& name) {
+  if (name == "auto") return cuda::KernelPath::kAuto;
+  if (name == "sm90") return cuda::KernelPath::kSm90;
+  if (name == "sm80") return cuda::KernelPath::kSm80;
+  throw InvalidArgument("kernel", "unknown value '" + name + "' (expected one of: auto, sm90, sm80)");
+}
+
+cuda::SparseAttentionArgs shape_args(int heads, int64_t tokens, int head_dim, int q_block, int kv_block,
+                                     const std::string& element_type, const std::string& kernel) {
+  cuda::SparseAttentionArgs args;
+  args.heads = heads;
+  args.tokens = tokens;
+  args.head_dim = head_dim;
+  args.block = {q_block, kv_block};
+  args.element_type = element_type_of(element_type);
+  args.path = kernel_path_of(kernel);
+  return args;
+}
+
+template <class T>
+T* pointer(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+}  // namespace
+
+void bind_cuda(nb::module_& module) {
+  module.attr("has_cuda") = true;
+
+  module.def(
+      "cuda_query_support",
+      [](int heads, int64_t tokens, int head_dim, int q_block, int kv_block, const std::string& element_type,
+         const std::string& kernel, int device) {
+        const cuda::Support support =
+            cuda::query_support(shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel), device);
+        return std::make_tuple(support.supported, support.reason, support.kernel);
+      },
+      nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"), nb::arg("kv_block"),
+      nb::arg("element_type"), nb::arg("kernel"), nb::arg("device"),
+      "(supported, reason, kernel name) for a call of this shape on `device`.");
+
+  module.def(
+      "cuda_workspace_bytes",
+      [](int heads, int64_t tokens, int head_dim, int q_block, int kv_block, const std::string& element_type,
+         const std::string& kernel) {
+        return cuda::workspace_bytes(shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel));
+      },
+      nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"), nb::arg("kv_block"),
+      nb::arg("element_type"), nb::arg("kernel"));
+
+  module.def(
+      "cuda_sparse_attention",
+      [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t row_ptr, uintptr_t col_idx,
+         uintptr_t schedule, uintptr_t workspace, uintptr_t stream, int heads, int64_t tokens, int head_dim,
+         int q_block, int kv_block, const std::string& element_type, float scale, int64_t head_stride,
+         int64_t token_stride, const std::string& traversal, const std::string& kernel) {
+        cuda::SparseAttentionArgs args = shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel);
+        args.q = pointer<const void>(q);
+        args.k = pointer<const void>(k);
+        args.v = pointer<const void>(v);
+        args.o = pointer<void>(o);
+        args.lse = pointer<float>(lse);
+        args.row_ptr = pointer<const int64_t>(row_ptr);
+        args.col_idx = pointer<const int32_t>(col_idx);
+        args.schedule = pointer<const ScheduleItem>(schedule);
+        args.scale = scale;
+        args.head_stride = head_stride;
+        args.token_stride = token_stride;
+        args.traversal = from_string<Traversal>(traversal);
+        nb::gil_scoped_release unlocked;
+        cuda::sparse_attention(args, pointer<void>(workspace), pointer<CUstream_st>(stream));
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"), nb::arg("row_ptr"), nb::arg("col_idx"),
+      nb::arg("schedule"), nb::arg("workspace"), nb::arg("stream"), nb::arg("heads"), nb::arg("tokens"),
+      nb::arg("head_dim"), nb::arg("q_block"), nb::arg("kv_block"), nb::arg("element_type"), nb::arg("scale"),
+      nb::arg("head_stride"), nb::arg("token_stride"), nb::arg("traversal"), nb::arg("kernel"),
+      "Launches the fused kernel on `stream` (device addresses as integers; lse may be 0).");
+}
+
+#else
+
+void bind_cuda(nb::module_& module) { module.attr("has_cuda") = false; }
+
+#endif
+
+}  // namespace wavealign::python

@@ -1,0 +1,184 @@
+"""wavealign.plan() on numpy inputs: permutations, the three mask formats, options, outputs."""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import wavealign
+from wa_testing import FlexLike, csr_of, random_mask
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def waves_nnz_non_increasing(mask, permutation, wave_size):
+    nnz = mask.sum(axis=-1)[permutation]
+    for start in range(0, len(nnz), wave_size):
+        wave = nnz[start:start + wave_size]
+        if np.any(np.diff(wave) > 0):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8])
+def test_permutation_is_a_bijection_with_its_inverse(rng, dtype):
+    mask = random_mask(rng, 3, 70, 50, dtype=dtype)
+    plan = wavealign.plan(mask, wave_size=16, skip="never")
+    assert plan.permutation.dtype == np.int32 and plan.permutation.shape == (3, 70)
+    assert plan.inverse.dtype == np.int32 and plan.inverse.shape == (3, 70)
+    for h in range(3):
+        assert sorted(plan.permutation[h]) == list(range(70))
+        assert np.array_equal(plan.inverse[h][plan.permutation[h]], np.arange(70))
+        assert waves_nnz_non_increasing(mask[h].astype(bool), plan.permutation[h], 16)
+    assert (plan.heads, plan.q_blocks, plan.kv_blocks, plan.wave_size) == (3, 70, 50, 16)
+    assert plan.skipped == [False] * 3 and plan.order == "wavealign"
+
+
+def test_plan_equals_the_cli_reorder_output(rng, tmp_path):
+    cli = os.environ.get("WAVEALIGN_CLI")
+    if not cli or not pathlib.Path(cli).exists():
+        pytest.skip("the wavealign CLI is not built (WAVEALIGN_CLI unset): compared through the C++ plan instead")
+    mask = random_mask(rng, 2, 150, 120, density=0.25)
+    np.save(tmp_path / "mask.npy", mask)
+    result = subprocess.run([cli, "reorder", "--mask", str(tmp_path / "mask.npy"), "--out", str(tmp_path / "p.npy"),
+                             "--order", "wavealign", "--wave-size", "24", "--iterations", "7", "--seed", "3",
+                             "--skip", "never", "--json"], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(result.stdout)["wave_size"] == 24
+    plan = wavealign.plan(mask, wave_size=24, iterations=7, seed=3, skip="never")
+    assert np.array_equal(plan.permutation, np.load(tmp_path / "p.npy"))
+
+
+def test_plan_equals_the_core_plan_through_the_extension(rng):
+    mask = random_mask(rng, 2, 90, 90)
+    core = wavealign._core
+    handle = core.make_plan(core.mask_from_dense(mask), "wavealign", "h200", 20, 10, 0, "never", 1, 128, 2, 128, 1.0)
+    plan = wavealign.plan(mask, wave_size=20, skip="never", threads=4)
+    assert np.array_equal(plan.permutation, handle.permutations())
+
+
+def test_dense_csr_and_flex_inputs_give_one_plan(rng):
+    mask = random_mask(rng, 3, 64, 64)
+    dense = wavealign.plan(mask, wave_size=8, skip="never", block_size=32)
+    row_ptr, col_idx = csr_of(mask)
+    csr = wavealign.plan((row_ptr, col_idx), wave_size=8, skip="never", heads=3, kv_blocks=64, block_size=32)
+    csr32 = wavealign.plan((row_ptr.astype(np.int32), col_idx), wave_size=8, skip="never", heads=3, kv_blocks=64,
+                           block_size=32)
+    flex = wavealign.plan(FlexLike(mask, 32, 64 * 32), wave_size=8, skip="never")
+    for other in (csr, csr32, flex):
+        assert np.array_equal(other.permutation, dense.permutation)
+        assert (other.heads, other.q_blocks, other.kv_blocks) == (3, 64, 64)
+    assert flex.block_size == (32, 32)
+
+
+def test_one_head_mask_and_strided_views(rng):
+    mask = random_mask(rng, 2, 40, 40)
+    single = wavealign.plan(mask[0], wave_size=8, skip="never")
+    contiguous = wavealign.plan(mask, wave_size=8, skip="never")
+    assert single.permutation.shape == (1, 40)
+    assert np.array_equal(single.permutation[0], contiguous.permutation[0])
+    fortran = wavealign.plan(np.asfortranarray(mask), wave_size=8, skip="never")
+    assert np.array_equal(fortran.permutation, contiguous.permutation)
+    wide = np.zeros((2, 40, 80), bool)
+    wide[:, :, ::2] = mask
+    strided = wavealign.plan(wide[:, :, ::2], wave_size=8, skip="never")
+    assert np.array_equal(strided.permutation, contiguous.permutation)
+
+
+def test_any_dlpack_producer_is_accepted(rng):
+    class Producer:
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack__(self, **kwargs):
+            return self.array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+    mask = random_mask(rng, 2, 30, 30, dtype=np.uint8)
+    plan = wavealign.plan(Producer(mask), wave_size=8, skip="never")
+    assert np.array_equal(plan.permutation, wavealign.plan(mask, wave_size=8, skip="never").permutation)
+
+
+def test_orders_and_skip_policies(rng):
+    mask = random_mask(rng, 2, 48, 48)
+    original = wavealign.plan(mask, order="original")
+    assert np.array_equal(original.permutation, np.tile(np.arange(48, dtype=np.int32), (2, 1)))
+    s2 = wavealign.plan(mask, order="s2", wave_size=12, skip="never")
+    for h in range(2):
+        assert waves_nnz_non_increasing(mask[h], s2.permutation[h], 12)
+    always = wavealign.plan(mask, skip="always")
+    assert always.skipped == [True, True]
+    assert np.array_equal(always.permutation, original.permutation)
+    auto = wavealign.plan(mask)  # a 48-block head fits the modelled L2: the statistics skip it
+    assert auto.skipped == [True, True]
+    assert all("L2" in reason for reason in auto.reason)
+    shuffled = [wavealign.plan(mask, order="shuffled", seed=s, skip="never").permutation for s in (1, 1, 2)]
+    assert np.array_equal(shuffled[0], shuffled[1]) and not np.array_equal(shuffled[0], shuffled[2])
+
+
+def test_stats_are_per_head(rng):
+    mask = random_mask(rng, 3, 50, 40)
+    plan = wavealign.plan(mask, skip="never", wave_size=10)
+    stats = plan.stats
+    for key in ("density", "adjacent_jaccard", "kv_working_set_bytes", "nnz", "plan_ms", "stage1_ms", "stage2_ms",
+                "usable_l2_bytes"):
+        assert len(stats[key]) == 3, key
+    assert np.allclose(stats["density"], mask.mean(axis=(1, 2)))
+    assert stats["nnz"] == [int(n) for n in mask.sum(axis=(1, 2))]
+    assert stats["total_plan_ms"] >= 0 and stats["wave_size"] == 10 and stats["skipped_heads"] == 0
+    assert all(0 <= j <= 1 for j in stats["adjacent_jaccard"])
+
+
+def test_schedule_lists_original_rows_in_plan_order(rng):
+    mask = random_mask(rng, 2, 30, 30)
+    plan = wavealign.plan(mask, wave_size=8, skip="never")
+    sequential = plan.schedule()
+    assert sequential.dtype == np.int32 and sequential.shape == (60, 2)
+    expected = np.stack([np.repeat(np.arange(2), 30), plan.permutation.reshape(-1)], axis=1)
+    assert np.array_equal(sequential, expected)
+    concurrent = plan.schedule("concurrent-heads")
+    assert np.array_equal(concurrent[:2], [[0, plan.permutation[0, 0]], [1, plan.permutation[1, 0]]])
+    assert sorted(map(tuple, concurrent)) == sorted(map(tuple, sequential))
+
+
+def test_permuted_mask_keeps_the_input_format(rng):
+    mask = random_mask(rng, 2, 36, 28, dtype=np.uint8)
+    plan = wavealign.plan(mask, wave_size=8, skip="never")
+    permuted = plan.permuted_mask()
+    assert permuted.dtype == np.uint8 and permuted.shape == mask.shape
+    for h in range(2):
+        assert np.array_equal(permuted[h], mask[h][plan.permutation[h]])
+        assert np.array_equal(permuted[h][plan.inverse[h]], mask[h])
+
+    single = wavealign.plan(mask[0].astype(bool), wave_size=8, skip="never").permuted_mask()
+    assert single.dtype == np.bool_ and single.shape == (36, 28)
+
+    row_ptr, col_idx = csr_of(mask)
+    csr_plan = wavealign.plan((row_ptr.astype(np.int32), col_idx), heads=2, kv_blocks=28, wave_size=8, skip="never")
+    permuted_row_ptr, permuted_col_idx = csr_plan.permuted_mask()
+    assert permuted_row_ptr.dtype == np.int32 and permuted_col_idx.dtype == np.int32
+    expected_row_ptr, expected_col_idx = csr_of(permuted)
+    assert np.array_equal(permuted_row_ptr, expected_row_ptr) and np.array_equal(permuted_col_idx, expected_col_idx)
+    original_row_ptr, original_col_idx = csr_plan.csr()
+    assert np.array_equal(original_row_ptr, row_ptr) and np.array_equal(original_col_idx, col_idx)
+
+
+def test_same_seed_same_plan_on_any_thread_count(rng):
+    mask = random_mask(rng, 4, 60, 60)
+    one = wavealign.plan(mask, wave_size=8, skip="never", threads=1)
+    many = wavealign.plan(mask, wave_size=8, skip="never", threads=3)
+    assert np.array_equal(one.permutation, many.permutation)
+
+
+def test_plan_attributes_read_without_torch(rng):
+    plan = wavealign.plan(random_mask(rng, 1, 20, 20), skip="never")
+    assert "wavealign.Plan" in repr(plan)
+    assert isinstance(plan.reason[0], str) and isinstance(plan.skipped[0], bool)
+    assert wavealign.__version__ and isinstance(wavealign.has_cuda, bool)

@@ -1,0 +1,72 @@
+"""Oracles and inputs shared by the Python tests: masks, a float64 dense attention, layout helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def random_mask(rng: np.random.Generator, heads: int, q_blocks: int, kv_blocks: int, density: float = 0.3,
+                dtype: type = np.bool_) -> np.ndarray:
+    """Bernoulli mask [heads, q_blocks, kv_blocks] with the block diagonal kept (no empty rows)."""
+    mask = rng.random((heads, q_blocks, kv_blocks)) < density
+    rows = np.arange(q_blocks)
+    mask[:, rows, rows * kv_blocks // q_blocks] = True
+    return mask.astype(dtype)
+
+
+def csr_of(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row_ptr int64 [H*MB+1], col_idx int32 [nnz]) of a dense [H, MB, NB] mask, columns ascending."""
+    rows = mask.reshape(-1, mask.shape[-1]).astype(bool)
+    counts = rows.sum(axis=1)
+    row_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    col_idx = np.nonzero(rows)[1].astype(np.int32)
+    return row_ptr, col_idx
+
+
+def flex_of(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """FlexAttention layout of a dense [H, MB, NB] mask: counts [1, H, MB] and indices [1, H, MB, NB]."""
+    mask = mask.astype(bool)
+    counts = mask.sum(axis=-1).astype(np.int32)
+    indices = np.argsort(~mask, axis=-1, kind="stable").astype(np.int32)
+    return counts[None], indices[None]
+
+
+class FlexLike:
+    """Duck-typed FlexAttention BlockMask over numpy arrays (what wavealign.plan reads from one)."""
+
+    def __init__(self, mask: np.ndarray, block: int, seq_len: int) -> None:
+        self.kv_num_blocks, self.kv_indices = flex_of(mask)
+        self.full_kv_num_blocks = None
+        self.full_kv_indices = None
+        self.BLOCK_SIZE = (block, block)
+        self.seq_lengths = (seq_len, seq_len)
+
+
+def expand_mask(mask: np.ndarray, seq_len: int, q_block: int, kv_block: int) -> np.ndarray:
+    """Token mask [..., L, L] of a block mask [..., MB, NB]."""
+    tokens = np.repeat(np.repeat(mask.astype(bool), q_block, axis=-2), kv_block, axis=-1)
+    return tokens[..., :seq_len, :seq_len]
+
+
+def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, token_mask: np.ndarray,
+                    scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """float64 softmax attention restricted to token_mask [..., L, L]: (O [..., L, d], LSE [..., L]).
+
+    Fully masked rows give O = 0 and LSE = -inf, the convention of the library.
+    """
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    scores = np.einsum("...id,...jd->...ij", q, k) * scale
+    scores = np.where(token_mask, scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    empty = ~np.isfinite(row_max)
+    weights = np.exp(scores - np.where(empty, 0.0, row_max))
+    denominator = weights.sum(axis=-1, keepdims=True)
+    o = np.einsum("...ij,...jd->...id", weights, v) / np.where(empty, 1.0, denominator)
+    with np.errstate(divide="ignore"):
+        lse = np.where(empty[..., 0], -np.inf, (row_max + np.log(np.where(empty, 1.0, denominator)))[..., 0])
+    return np.where(empty, 0.0, o), lse
+
+
+def transposed_layout(x: np.ndarray) -> np.ndarray:
+    """The same values as x [B, H, L, d] viewed from a [B, L, H, d] buffer (the usual projection layout)."""
+    return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
