@@ -158,8 +158,7 @@ PlanHandle plan_mask(const BlockMask& mask, const std::string& order, const std:
   WA_CHECK_ARG(element_bytes > 0, "element_bytes", "must be > 0, got ", element_bytes);
   WA_CHECK_ARG(kv_block > 0, "block_size", "must be > 0, got ", kv_block);
   nb::gil_scoped_release unlocked;
-  Plan plan = make_plan(mask, config);
-  return PlanHandle{mask, std::move(plan)};
+  return PlanHandle{mask, make_plan(mask, config)};
 }
 
 nb::ndarray<nb::numpy> per_head(const Plan& plan, std::vector<int32_t>&& values) {
