@@ -175,12 +175,13 @@ nb::ndarray<nb::numpy> schedule_of(const Plan& plan, const std::string& head_ord
 }
 
 nb::dict stats_of(const Plan& plan) {
-  nb::list nnz, density, jaccard, working_set, usable_l2, plan_ms, stage1_ms, stage2_ms;
+  nb::list nnz, density, jaccard, working_set, wave_working_set, usable_l2, plan_ms, stage1_ms, stage2_ms;
   for (const HeadPlan& head : plan.head_plans) {
     nnz.append(head.stats.nnz);
     density.append(head.stats.density);
     jaccard.append(head.stats.adjacent_jaccard);
     working_set.append(head.stats.kv_working_set_bytes);
+    wave_working_set.append(head.stats.wave_working_set_bytes);
     usable_l2.append(head.stats.usable_l2_bytes);
     plan_ms.append(head.plan_ms);
     stage1_ms.append(head.stage1_ms);
@@ -191,6 +192,7 @@ nb::dict stats_of(const Plan& plan) {
   stats["density"] = density;
   stats["adjacent_jaccard"] = jaccard;
   stats["kv_working_set_bytes"] = working_set;
+  stats["wave_working_set_bytes"] = wave_working_set;
   stats["usable_l2_bytes"] = usable_l2;
   stats["plan_ms"] = plan_ms;
   stats["stage1_ms"] = stage1_ms;

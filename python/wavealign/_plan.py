@@ -68,7 +68,8 @@ class Plan:
         self._csr_host: tuple[np.ndarray, np.ndarray] | None = None
         self._states: dict[tuple[str, int | None], _DeviceState] = {}
         if source.framework == "torch":
-            self._state(source.device)
+            # The tensors of the default call are made now, so a compiled caller finds them ready.
+            self._batch_schedule(self._state(source.device), 1, self.heads, "sequential")
 
     def __repr__(self) -> str:
         return (f"wavealign.Plan(heads={self.heads}, q_blocks={self.q_blocks}, kv_blocks={self.kv_blocks}, "
@@ -148,7 +149,7 @@ class Plan:
 
     def _batch_schedule(self, state: _DeviceState, batch: int, heads: int, head_order: str) -> Any:
         """_batch_schedule_host on the state's device, cached."""
-        key = (batch, heads, head_order)
+        key = (1 if self.heads == heads else batch, heads, head_order)
         schedule = state.schedules.get(key)
         if schedule is None:
             import torch

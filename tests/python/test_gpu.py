@@ -129,9 +129,9 @@ def test_compile_fullgraph_on_cuda(rng):
     plan = wavealign.plan(torch.from_numpy(random_mask(rng, 2, 4, 4)).cuda(), wave_size=2, skip="never")
     q, k, v = (torch.randn(1, 2, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     block = Block(plan)
-    eager = block(q, k, v)
     compiled = torch.compile(block, fullgraph=True)
-    torch.testing.assert_close(compiled(q, k, v), eager, atol=ATOL, rtol=ATOL)
+    traced = compiled(q, k, v)  # first: a plan of a torch mask needs no eager warm-up call
+    torch.testing.assert_close(traced, block(q, k, v), atol=ATOL, rtol=ATOL)
 
 
 @needs_kernel

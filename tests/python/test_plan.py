@@ -127,7 +127,7 @@ def test_stats_are_per_head(rng):
     mask = random_mask(rng, 3, 50, 40)
     plan = wavealign.plan(mask, skip="never", wave_size=10)
     stats = plan.stats
-    for key in ("density", "adjacent_jaccard", "kv_working_set_bytes", "nnz", "plan_ms", "stage1_ms", "stage2_ms",
+    for key in ("density", "adjacent_jaccard", "kv_working_set_bytes", "wave_working_set_bytes", "nnz", "plan_ms", "stage1_ms", "stage2_ms",
                 "usable_l2_bytes"):
         assert len(stats[key]) == 3, key
     assert np.allclose(stats["density"], mask.mean(axis=(1, 2)))

@@ -139,9 +139,9 @@ def test_compile_fullgraph_traces_the_ops(rng):
     plan = wavealign.plan(torch.from_numpy(random_mask(rng, 2, 4, 4)), wave_size=2, skip="never", block_size=8)
     q, k, v = (torch.randn(1, 2, 30, 8) for _ in range(3))
     module = PlugInBlock(plan, 30)
-    eager = module(q, k, v)
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
-    assert torch.equal(compiled(q, k, v), eager)
+    traced = compiled(q, k, v)  # first: a plan of a torch mask needs no eager warm-up call
+    assert torch.equal(traced, module(q, k, v))
 
 
 def test_expanded_mask_oracle_matches_sdpa_on_cpu(rng):
