@@ -83,6 +83,10 @@ if(wa_build_sm90)
   target_compile_options(wavealign_cuda_sm90 PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:${wa_cuda_flags} -DNDEBUG --threads 1>)
   target_link_libraries(wavealign_cuda_sm90 PRIVATE CUDA::cudart_static)
+  set(WA_SM90_KV_STAGES 2 CACHE STRING "K and V pipeline stages of the Hopper kernel (2 or 3)")
+  option(WA_SM90_PINGPONG "Hopper kernel: consumer warpgroups take turns issuing GEMMs" OFF)
+  target_compile_definitions(wavealign_cuda_sm90 PRIVATE
+    WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>)
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
   target_compile_definitions(wavealign_cuda PRIVATE WAVEALIGN_HAS_SM90_KERNELS=1)
   # TMA descriptors are encoded through the driver entry point that the runtime exposes; no -lcuda needed.

@@ -30,6 +30,10 @@ __device__ __forceinline__ void consume(const AttentionParams& p, SharedStorage<
   const int lane = tid % 32;
   typename Traits::TiledMmaPV mma_pv;
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
+  if constexpr (Traits::kPingPong) {
+    // The first consumer warpgroup issues first: the second pre-arrives on the first's turn barrier.
+    if (tid / 128 == 1) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);
+  }
   for (;;) {
     const WorkRecord record = ring.receive(lane);
     if (record.head < 0) break;
@@ -54,6 +58,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023);
   SharedStorage<Traits>& storage = *reinterpret_cast<SharedStorage<Traits>*>(base);
 
+  static_assert(kSmemBytes<Traits> <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
   if (threadIdx.x == 0) {
     storage.init_barriers();
     cutlass::arch::fence_barrier_init();

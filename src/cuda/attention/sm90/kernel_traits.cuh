@@ -16,18 +16,32 @@
 
 namespace wavealign::cuda::detail::sm90 {
 
+// Tuning knobs (build options WA_SM90_KV_STAGES / WA_SM90_PINGPONG), fixed per build so every schedule
+// runs the same instruction stream.
+#ifndef WA_SM90_KV_STAGES
+#define WA_SM90_KV_STAGES 2
+#endif
+#ifndef WA_SM90_PINGPONG
+#define WA_SM90_PINGPONG 0
+#endif
+
 template <ElementType kElementType, int kHeadDim_, int kBlockM_, int kBlockN_>
 struct KernelTraits {
   using Element = std::conditional_t<kElementType == ElementType::kBf16, cutlass::bfloat16_t, cutlass::half_t>;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = 2;  // K and V stages each (FA3's hd128 choice; 2+2 x 32 KB + Q fits 227 KB)
+  // K and V stages each: 2 is FA3's hd128 choice (Q 32 KB + 2 x 2 x 32 KB = 160 KB); 3 (224 KB) still fits
+  // the 227 KB opt-in limit and hides longer L2 misses.
+  static constexpr int kStages = WA_SM90_KV_STAGES;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kMinBlocksPerSm = kConsumerWarpgroups == 2 ? 1 : 2;
+  // Ping-pong (FA3): the two consumer warpgroups take turns issuing their GEMMs, so one's softmax runs
+  // while the other's GEMMs hold the tensor cores. Needs two consumer warpgroups.
+  static constexpr bool kPingPong = WA_SM90_PINGPONG != 0 && kConsumerWarpgroups == 2;
   // setmaxnreg split of the register file: 128 x (producer + consumers) must fit 65536 / kMinBlocksPerSm.
   // 2 consumers: 40 + 2 x 232 = 504 <= 512; 1 consumer at 2 CTAs/SM: 40 + 216 = 256 <= 256.
   static constexpr int kProducerRegisters = 40;

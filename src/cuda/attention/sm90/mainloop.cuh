@@ -222,6 +222,7 @@ struct Mainloop {
       for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
     };
 
+    const IssueTurn<Traits::kPingPong> turn{tid / 128};
     Barrier::wait(&storage.q_full, q_phase);
     q_phase ^= 1u;
     softmax.reset();
@@ -231,7 +232,9 @@ struct Mainloop {
     {
       const int stage = kv.index();
       Barrier::wait(&storage.k_full[stage], kv.phase());
+      turn.begin();
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      turn.end();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       release_stage(&storage.k_empty[stage], lane);
@@ -246,9 +249,11 @@ struct Mainloop {
       kv.advance();
       const int stage = kv.index();
       Barrier::wait(&storage.k_full[stage], kv.phase());
-      gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       Barrier::wait(&storage.v_full[prev_stage], prev_phase);
+      turn.begin();
+      gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrO);
+      turn.end();
       warpgroup_wait<1>();  // S_i is ready; the PV GEMM may still run
       warpgroup_fence_operand(tSrS);
       release_stage(&storage.k_empty[stage], lane);
@@ -266,7 +271,9 @@ struct Mainloop {
     {
       const int stage = kv.index();
       Barrier::wait(&storage.v_full[stage], kv.phase());
+      turn.begin();
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
+      turn.end();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       release_stage(&storage.v_empty[stage], lane);

@@ -23,6 +23,21 @@ struct StageCounter {
   __device__ __forceinline__ void advance() { ++count; }
 };
 
+/// Named barriers of the ping-pong turns (ids after CUTLASS's reserved ones): warpgroup w waits on
+/// kTurnBarrier + w before issuing its GEMMs and arrives on the other's after issuing them.
+constexpr uint32_t kTurnBarrier = 1;
+
+template <bool kEnabled>
+struct IssueTurn {
+  int warpgroup;
+  __device__ __forceinline__ void begin() const {
+    if constexpr (kEnabled) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + warpgroup);
+  }
+  __device__ __forceinline__ void end() const {
+    if constexpr (kEnabled) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + (1 - warpgroup));
+  }
+};
+
 /// Consumer side of a release: every warp of the consumer warpgroups arrives once (arrival count =
 /// consumer warps), after the lanes' reads of the stage are complete.
 __device__ __forceinline__ void release_stage(uint64_t* barrier, int lane) {
