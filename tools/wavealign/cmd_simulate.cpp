@@ -56,8 +56,8 @@ SkipDecision layer_skip_decision(const BlockMask& mask, const Plan& plan, const 
 int run_simulate(const SimulateOptions& options) {
   Progress progress;
   progress.update("building the workload");
-  const Workload workload = make_workload(options.workload);
   const GpuModel gpu = gpu_model(from_string<GpuPreset>(options.gpu));
+  const Workload workload = make_workload(options.workload, gpu.default_block);
   const std::vector<Order> orders = parse_enum_list<Order>(options.orders);
 
   SimConfig sim_config;
@@ -72,6 +72,7 @@ int run_simulate(const SimulateOptions& options) {
 
   SkipModel skip_model;
   skip_model.kv_block = workload.block;
+  skip_model.head_dim = sim_config.head_dim;
   skip_model.plan_reuse = options.plan_reuse;
 
   const CsrMask csr = workload.mask.to_csr();

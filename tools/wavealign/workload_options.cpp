@@ -18,11 +18,13 @@ void add_workload_options(CLI::App& command, WorkloadOptions& options) {
       ->capture_default_str();
   command.add_option("--density", options.density, "target fraction of kept blocks (synthetic masks)")
       ->capture_default_str();
-  command.add_option("--block", options.block, "block edge in tokens (query and K/V blocks)")->capture_default_str();
+  command.add_option("--block", options.block, "block edge in tokens, 64 or 128 (default: the GPU preset's, else 128)");
   command.add_option("--seed", options.seed, "seed of the synthetic workload and the plan")->capture_default_str();
 }
 
-Workload make_workload(const WorkloadOptions& options) {
+Workload make_workload(const WorkloadOptions& requested, int default_block) {
+  WorkloadOptions options = requested;
+  if (options.block == 0) options.block = default_block;
   WA_CHECK_ARG(options.block == 64 || options.block == 128, "--block", "must be 64 or 128, got ", options.block);
   Workload workload;
   workload.block = options.block;

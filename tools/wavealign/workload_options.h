@@ -18,7 +18,7 @@ struct WorkloadOptions {
   int heads = 2;
   std::string mask = "video";  // random | video | path to a .npy file
   double density = 0.28;
-  int block = 128;
+  int block = 0;  // 0 = the default block of the command (the GPU preset's in simulate, else 128)
   uint64_t seed = 0;
 };
 
@@ -30,8 +30,9 @@ struct Workload {
 };
 
 void add_workload_options(CLI::App& command, WorkloadOptions& options);
-/// Generates or loads the mask; throws InvalidArgument naming the flag on bad values.
-Workload make_workload(const WorkloadOptions& options);
+/// Generates or loads the mask; throws InvalidArgument naming the flag on bad values. default_block replaces
+/// a block of 0.
+Workload make_workload(const WorkloadOptions& options, int default_block = 128);
 
 /// Parses a comma-separated enum list, e.g. "original,s1,wavealign".
 template <class E>
