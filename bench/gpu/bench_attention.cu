@@ -1,11 +1,16 @@
-// Times the block-sparse attention kernel on one configuration: random Bernoulli block mask (diagonal kept),
-// random inputs generated on the device, a schedule in the requested order. Reports the median of the timed
-// runs (CUDA events around the launch only) and the effective rate 4 * Bq * Bk * d * nnz_blocks / time.
+// Times the block-sparse attention kernel on one configuration: a block mask (random Bernoulli with the
+// diagonal kept, or the synthetic video mask of a model preset), random inputs generated on the device, a
+// schedule in the requested order. Reports the median of the timed runs (CUDA events around the launch only)
+// and the effective rate 4 * Bq * Bk * d * nnz_blocks / time.
 //
-//   bench_attention [--heads 8] [--tokens 32768] [--head-dim 128] [--block 128] [--dtype bf16|fp16]
-//                   [--density 0.28 | --dense] [--order original|concurrent|shuffled|wavealign]
+//   bench_attention [--heads 8] [--tokens 32768 | --model wan2.1-14b --frames 401] [--head-dim 128]
+//                   [--block 128] [--dtype bf16|fp16] [--mask random|video] [--density 0.28 | --dense]
+//                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled]
 //                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--iters 10]
-//                   [--cold-l2] [--seed 1]
+//                   [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
+//
+// --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
+// --save-perm write the mask (bool [H,MB,NB]) and the plan's permutation (int32 [H,MB]) for the peer benchmark.
 //
 // --cold-l2 writes a buffer of twice the L2 size before each timed run, so every run starts with no K/V in
 // L2 (the labelled "cold" number); without it consecutive runs reuse whatever the previous one left.
@@ -19,15 +24,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "wavealign/attention.h"
+#include "wavealign/io.h"
 #include "wavealign/mask.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
+#include "wavealign/workload.h"
 
 namespace {
 
@@ -44,6 +50,11 @@ using wavealign::cuda::KernelPath;
 struct Options {
   int heads = 8;
   int64_t tokens = 32768;
+  std::string model;  // with frames: tokens from the model preset (and the video mask's shape)
+  int frames = 0;
+  std::string mask = "random";
+  bool json = false;
+  std::string save_mask, save_perm;
   int head_dim = 128;
   int block = 128;
   ElementType type = ElementType::kBf16;
@@ -68,6 +79,12 @@ Options parse(int argc, char** argv) {
     };
     if (flag == "--heads") o.heads = std::stoi(value());
     else if (flag == "--tokens") o.tokens = std::stoll(value());
+    else if (flag == "--model") o.model = value();
+    else if (flag == "--frames") o.frames = std::stoi(value());
+    else if (flag == "--mask") o.mask = value();
+    else if (flag == "--json") o.json = true;
+    else if (flag == "--save-mask") o.save_mask = value();
+    else if (flag == "--save-perm") o.save_perm = value();
     else if (flag == "--head-dim") o.head_dim = std::stoi(value());
     else if (flag == "--block") o.block = std::stoi(value());
     else if (flag == "--dtype") {
@@ -88,6 +105,9 @@ Options parse(int argc, char** argv) {
     else throw std::invalid_argument("unknown flag " + flag);
   }
   if (o.iters < 1) throw std::invalid_argument("--iters must be >= 1");
+  if (!o.model.empty()) o.tokens = video_shape(from_string<ModelPreset>(o.model), o.frames).tokens();
+  if (o.mask != "random" && o.mask != "video") throw std::invalid_argument("--mask random|video");
+  if (o.mask == "video" && o.model.empty()) throw std::invalid_argument("--mask video needs --model and --frames");
   return o;
 }
 
@@ -109,38 +129,25 @@ __global__ void fill_random(uint16_t* out, size_t n, uint64_t seed, bool bf16) {
   }
 }
 
-BlockMask random_block_mask(int heads, int q_blocks, int kv_blocks, double density, uint64_t seed) {
-  BlockMask mask(heads, q_blocks, kv_blocks);
-  std::mt19937_64 rng(seed);
-  const uint64_t threshold = uint64_t(std::clamp(density, 0.0, 1.0) * 18446744073709551615.0);
-  for (int h = 0; h < heads; ++h)
-    for (int r = 0; r < q_blocks; ++r) {
-      for (int c = 0; c < kv_blocks; ++c)
-        if (rng() < threshold) mask.set(h, r, c);
-      if (r < kv_blocks) mask.set(h, r, r);
-    }
-  return mask;
-}
-
-Schedule make_bench_schedule(const Options& o, const BlockMask* mask, int q_blocks) {
-  if (o.order == "original") return original_schedule(o.heads, q_blocks, HeadOrder::kSequential);
-  if (o.order == "concurrent") return original_schedule(o.heads, q_blocks, HeadOrder::kConcurrent);
-  if (o.order == "shuffled") {
-    Schedule s = original_schedule(o.heads, q_blocks, HeadOrder::kSequential);
-    std::mt19937_64 rng(o.seed);
-    std::shuffle(s.items.begin(), s.items.end(), rng);
-    return s;
+// The schedule of `order` and the permutation it came from ([H, MB]; identity for the head orders).
+Schedule make_bench_schedule(const Options& o, const BlockMask* mask, int q_blocks, std::vector<int32_t>* permutation) {
+  if (o.order == "concurrent-heads" || o.order == "concurrent" || mask == nullptr) {
+    if (mask == nullptr && o.order != "original" && o.order != "concurrent-heads" && o.order != "concurrent")
+      throw std::invalid_argument("--order " + o.order + " needs a sparse mask");
+    Schedule schedule = original_schedule(o.heads, q_blocks, o.order == "original" ? HeadOrder::kSequential
+                                                                                   : HeadOrder::kConcurrent);
+    permutation->resize(size_t(o.heads) * q_blocks);
+    for (size_t r = 0; r < permutation->size(); ++r) (*permutation)[r] = int32_t(r % q_blocks);
+    return schedule;
   }
-  if (o.order == "wavealign") {
-    if (mask == nullptr) throw std::invalid_argument("--order wavealign needs a sparse mask");
-    PlanConfig config;
-    config.order = Order::kWaveAlign;
-    config.gpu = GpuPreset::kH200;
-    const Plan plan = make_plan(*mask, config);
-    std::printf("plan: %.1f ms for %d heads\n", plan.plan_ms, o.heads);
-    return make_schedule(plan, HeadOrder::kSequential);
-  }
-  throw std::invalid_argument("--order original|concurrent|shuffled|wavealign");
+  PlanConfig config;
+  config.order = from_string<Order>(o.order);
+  config.gpu = GpuPreset::kH200;
+  config.seed = o.seed;
+  const Plan plan = make_plan(*mask, config);
+  if (!o.json) std::printf("plan: %.1f ms for %d heads\n", plan.plan_ms, o.heads);
+  *permutation = plan.permutations();
+  return make_schedule(plan, HeadOrder::kSequential);
 }
 
 int run(const Options& o) {
@@ -151,13 +158,23 @@ int run(const Options& o) {
   std::vector<int32_t> col_idx;
   BlockMask mask;
   if (!o.dense) {
-    mask = random_block_mask(o.heads, q_blocks, kv_blocks, o.density, o.seed);
+    if (o.mask == "video") {
+      VideoMaskOptions options;
+      options.density = o.density;
+      mask = video_mask(video_shape(from_string<ModelPreset>(o.model), o.frames), o.heads, BlockShape{o.block, o.block},
+                        options, o.seed);
+    } else {
+      mask = random_mask(o.heads, q_blocks, kv_blocks, o.density, o.seed);  // the CLI's mask for this seed
+    }
+    if (!o.save_mask.empty()) write_npy(o.save_mask, mask_to_npy(mask));
     CsrMask csr = mask.to_csr();
     nnz = csr.nnz();
     row_ptr = std::move(csr.row_ptr);
     col_idx = std::move(csr.col_idx);
   }
-  const Schedule schedule = make_bench_schedule(o, o.dense ? nullptr : &mask, q_blocks);
+  std::vector<int32_t> permutation;
+  const Schedule schedule = make_bench_schedule(o, o.dense ? nullptr : &mask, q_blocks, &permutation);
+  if (!o.save_perm.empty()) write_npy(o.save_perm, permutations_to_npy(permutation, o.heads, q_blocks));
 
   const size_t elements = size_t(o.heads) * size_t(o.tokens) * size_t(o.head_dim);
   void *q, *k, *v, *out, *workspace, *items, *d_row_ptr = nullptr, *d_col_idx = nullptr;
@@ -233,7 +250,7 @@ int run(const Options& o) {
   const float median = sorted[sorted.size() / 2];
   const double flops = 4.0 * o.block * o.block * o.head_dim * double(nnz);
   const double density = double(nnz) / (double(o.heads) * q_blocks * kv_blocks);
-  std::printf(
+  if (!o.json) std::printf(
       "kernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s traversal=%s "
       "l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f\n",
       support.kernel.c_str(), bf16 ? "bf16" : "fp16", o.heads, static_cast<long long>(o.tokens), o.head_dim, o.block,
@@ -241,6 +258,17 @@ int run(const Options& o) {
       std::string(to_string(o.traversal)).c_str(), o.cold_l2 ? "cold" : "warm", median, sorted.front(), sorted.back(),
       flops / (median * 1e-3) / 1e12);
 
+  if (o.json) {
+    const std::string order = o.dense ? "dense" : o.order == "concurrent" ? "concurrent-heads" : o.order;
+    std::printf(
+        "{\"impl\": \"wavealign-kernel\", \"kernel\": \"%s\", \"mode\": \"%s\", \"mask\": \"%s\", \"order\": "
+        "\"%s%s\", \"tokens\": %lld, \"heads\": %d, \"head_dim\": %d, \"block\": %d, \"dtype\": \"%s\", "
+        "\"density\": %.6f, \"nnz_blocks\": %lld, \"l2\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f}\n",
+        support.kernel.c_str(), o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(), order.c_str(),
+        o.traversal == Traversal::kSawtooth ? "+sawtooth" : "", static_cast<long long>(o.tokens), o.heads,
+        o.head_dim, o.block, bf16 ? "bf16" : "fp16", density, static_cast<long long>(nnz), o.cold_l2 ? "cold" : "warm",
+        median, flops / (median * 1e-3) / 1e12);
+  }
   // A NaN in the output would make the timing meaningless: check a sample of LSE.
   std::vector<float> lse_host(std::min<size_t>(size_t(o.heads) * o.tokens, 1 << 20));
   BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_host.size() * sizeof(float), cudaMemcpyDeviceToHost));

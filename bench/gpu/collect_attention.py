@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Merges the logs of bench/gpu/run_h200_attention.sh into bench/results/h200-attention.json and prints the
+tables of docs/performance.md and docs/simulator.md (the simulator's prediction for each profiled schedule is
+computed here with the CLI, on the identical mask and plan).
+
+Usage: bench/gpu/collect_attention.py LOG_DIR [--wavealign build/wavealign] [--out bench/results/h200-attention.json]
+"""
+import argparse
+import csv
+import datetime
+import io
+import json
+import pathlib
+import subprocess
+
+FRAMES = {363600: 401, 147600: 161}
+DENSITY = {"video": 0.28, "random": 0.20}
+
+
+def read_jsonl(path):
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
+def read_ncu(path):
+    """{(frames, mask, order): {metric: value}} from the '# case' headers and ncu's CSV blocks."""
+    results, key, block = {}, None, []
+
+    def flush():
+        if key and block:
+            for row in csv.DictReader(io.StringIO("".join(block))):
+                value = row["Metric Value"].replace(",", "")
+                unit = row.get("Metric Unit", "")
+                scale = {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
+                         "usecond": 1e-3, "msecond": 1.0, "nsecond": 1e-6, "second": 1e3}.get(unit, 1.0)
+                results.setdefault(key, {})[row["Metric Name"]] = float(value) * scale
+    if not path.exists():
+        return results
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith("# case"):
+            flush()
+            fields = dict(part.split("=") for part in line[len("# case"):].split())
+            key, block = (int(fields["frames"]), fields["mask"], fields["order"]), []
+        elif line.startswith('"ID"') or (block and line.startswith('"')):
+            block.append(line)
+    flush()
+    return results
+
+
+def simulate(binary, frames, mask, orders):
+    command = [binary, "simulate", "--model", "wan2.1-14b", "--frames", str(frames), "--heads", "4", "--mask", mask,
+               "--density", str(DENSITY[mask]), "--seed", "1", "--gpu", "h200", "--orders", ",".join(orders), "--json"]
+    out = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    return {row["order"]: row for row in out["results"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("logs")
+    parser.add_argument("--wavealign", default="build/wavealign")
+    parser.add_argument("--out", default="bench/results/h200-attention.json")
+    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    args = parser.parse_args()
+    logs = pathlib.Path(args.logs)
+    kernel = read_jsonl(logs / "kernel.jsonl")
+    peers = read_jsonl(logs / "peers.jsonl")
+    ncu = read_ncu(logs / "ncu.csv")
+    gpu = (logs / "gpu.txt").read_text().splitlines()[1] if (logs / "gpu.txt").exists() else "H200"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+    cases = []
+    for row in kernel + [r for r in peers if "impl" in r]:
+        frames = FRAMES.get(row["tokens"])
+        name = f"wan2.1-14b-{frames}f-{row['mask']}" if frames else f"L{row['tokens']}-{row['mask']}"
+        metrics = ncu.get((frames, row["mask"], row["order"])) if row["impl"] == "wavealign-kernel" and \
+            row["heads"] == 4 and row["mode"] == "sparse" else None
+        cases.append({"case": name, "tokens": row["tokens"], "heads": row["heads"], "density": row["density"],
+                      "impl": row["impl"], "mode": row["mode"], "order": row["order"], "ms": row["ms"],
+                      "tflops": row["tflops"],
+                      "l2_hit_ratio": metrics["lts__t_sector_hit_rate.pct"] / 100 if metrics else None,
+                      "dram_read_bytes": metrics["dram__bytes_read.sum"] if metrics else None})
+    record = {"device": gpu, "commit": commit, "date": args.date,
+              "command": "bench/gpu/run_h200_attention.sh build-cuda LOG_DIR all; bench/gpu/collect_attention.py LOG_DIR",
+              "cases": cases, "checks": [r for r in peers if "check" in r]}
+    pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+
+    print("| case | impl | order | ms | TF/s | vs original | L2 hit | DRAM read GB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in cases:
+        base = next((c for c in cases if c["case"] == case["case"] and c["impl"] == case["impl"] and
+                     c["heads"] == case["heads"] and c["order"] == "original"), None)
+        speedup = f"{base['ms'] / case['ms']:.2f}x" if base and case["mode"] == "sparse" else ""
+        hit = f"{100 * case['l2_hit_ratio']:.1f}%" if case["l2_hit_ratio"] is not None else ""
+        dram = f"{case['dram_read_bytes'] / 1e9:.1f}" if case["dram_read_bytes"] is not None else ""
+        print(f"| {case['case']} H={case['heads']} | {case['impl']} | {case['order']} | {case['ms']:.2f} | "
+              f"{case['tflops']:.0f} | {speedup} | {hit} | {dram} |")
+
+    print("\n| frames | mask | order | ncu L2 hit | simulated L2 hit | difference (points) | ncu DRAM read GB | simulated HBM read GB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for frames in (401, 161):
+        for mask in ("video", "random"):
+            orders = [o for o in ("original", "s1", "s2", "wavealign", "shuffled") if (frames, mask, o) in ncu]
+            if not orders:
+                continue
+            predicted = simulate(args.wavealign, frames, mask, orders)
+            for order in orders:
+                measured = ncu[(frames, mask, order)]
+                sim = predicted[order]
+                print(f"| {frames} | {mask} | {order} | {measured['lts__t_sector_hit_rate.pct']:.1f}% | "
+                      f"{100 * sim['l2_hit_ratio']:.1f}% | "
+                      f"{100 * sim['l2_hit_ratio'] - measured['lts__t_sector_hit_rate.pct']:+.1f} | "
+                      f"{measured['dram__bytes_read.sum'] / 1e9:.1f} | {sim['hbm_read_bytes'] / 1e9:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
