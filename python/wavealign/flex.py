@@ -28,7 +28,8 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
     The query length of the mask is MB*q_block, the length of plan.permute_rows(q). For a plan built from a
     FlexAttention BlockMask, partial and full blocks stay apart and mask_mod sees original query positions
     (token q of block p is token q of block permutation[p]; padding tokens are clamped into the sequence).
-    A plan from a dense or CSR mask gives every kept block in full (no mask_mod).
+    A plan from a dense or CSR mask gives every kept block in full (no mask_mod), with its heads as
+    FlexAttention's head dimension and batch 1.
     """
     torch = require_torch("wavealign.flex.block_mask")
     from torch.nn.attention.flex_attention import BlockMask
