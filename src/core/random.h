@@ -7,15 +7,18 @@
 
 namespace wavealign {
 
+/// One step of SplitMix64 (Steele, Lea, Flood): advances `state` and returns the next 64 random bits.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64(state_); }
   /// Uniform in [0, 1) with 53 random bits.
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
   /// Uniform integer in [0, n).

@@ -8,6 +8,8 @@
 #include <initializer_list>
 #include <numbers>
 
+#include "core/random.h"
+
 namespace wavealign::workload {
 
 /// Independent purposes of random numbers; mixed into every stream's seed so streams never overlap.
@@ -19,13 +21,6 @@ enum class Stream : uint64_t {
   kPooledKNoise,
   kRandomMask,         // Bernoulli draws of random_mask, one stream per head
 };
-
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 /// Seed of one stream: the user seed and the stream's coordinates (head, chunk, ...) folded through SplitMix64.
 inline uint64_t stream_seed(uint64_t seed, Stream stream, std::initializer_list<uint64_t> coordinates = {}) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_util.h"
 #include "wavealign/error.h"
 
 namespace wavealign {
@@ -60,24 +61,7 @@ std::string dict_error(const std::string& dict, std::string_view data = "") {
   return parse_error(npy_image(dict, data));
 }
 
-/// A file path under the temporary directory, unique per test and process, removed at scope exit.
-class TempPath {
- public:
-  explicit TempPath(const std::string& suffix) {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            (std::string("wavealign_") + test->test_suite_name() + "_" + test->name() + "_" +
-             std::to_string(::getpid()) + suffix);
-  }
-  ~TempPath() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using test_support::TempPath;
 
 // Exactly what numpy 2.x writes for np.save(f, np.array([[True, False, True], [False, False, True]])) and
 // np.save(f, np.array([1, -2, 3], dtype=np.int32)): format 1.0, header length 118 (0x76), so that the 10-byte

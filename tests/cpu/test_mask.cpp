@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "support/test_util.h"
 #include "wavealign/error.h"
 
 namespace wavealign {
@@ -24,16 +25,7 @@ std::vector<uint8_t> random_dense(int heads, int q_blocks, int kv_blocks, double
   return dense;
 }
 
-std::vector<int32_t> random_permutations(int heads, int q_blocks, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> permutations(size_t(heads) * q_blocks);
-  for (int h = 0; h < heads; ++h) {
-    auto begin = permutations.begin() + ptrdiff_t(h) * q_blocks;
-    std::iota(begin, begin + q_blocks, 0);
-    std::shuffle(begin, begin + q_blocks, rng);
-  }
-  return permutations;
-}
+using test_support::random_permutations;
 
 /// Runs `action` and returns the argument named by the InvalidArgument it throws ("" if none was thrown).
 template <class Action>

@@ -17,8 +17,8 @@
 namespace wavealign {
 namespace {
 
-using testing::bernoulli_mask;
-using testing::circular_mask;
+using test_support::bernoulli_mask;
+using test_support::circular_mask;
 
 constexpr Order kAllOrders[] = {Order::kOriginal, Order::kS1, Order::kS2, Order::kWaveAlign, Order::kShuffled};
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_util.h"
 #include "wavealign/error.h"
 #include "wavealign/reference.h"
 #include "wavealign/workload.h"
@@ -233,16 +234,7 @@ TEST(Reference, RepeatedRunsAreBitwiseIdentical) {
 
 // ---- plug-in path: permuted Q blocks and mask rows, then unpermuted O -----------------------------------
 
-std::vector<int32_t> random_permutations(int heads, int q_blocks, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> permutations(size_t(heads) * q_blocks);
-  for (int h = 0; h < heads; ++h) {
-    auto first = permutations.begin() + size_t(h) * q_blocks;
-    std::iota(first, first + q_blocks, 0);
-    std::shuffle(first, first + q_blocks, rng);
-  }
-  return permutations;
-}
+using test_support::random_permutations;
 
 TEST(Reference, PermutedRowsUnpermuteToTheSameBits) {
   for (const BlockShape block : {BlockShape{128, 128}, BlockShape{64, 64}, BlockShape{64, 128}}) {
@@ -280,14 +272,7 @@ TEST(Reference, PartialLastBlockMayStayInPlace) {
 
 // ---- argument validation --------------------------------------------------------------------------------
 
-void expect_invalid(const std::function<void()>& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "no InvalidArgument, expected argument '" << argument << "'";
-  } catch (const InvalidArgument& error) {
-    EXPECT_EQ(error.argument(), argument) << error.what();
-  }
-}
+using test_support::expect_invalid;
 
 TEST(Reference, RejectsBadArguments) {
   const Problem p = make_problem(2, 300, 32, {128, 64}, 0.3, 41);

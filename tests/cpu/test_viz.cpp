@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_util.h"
 #include "wavealign/error.h"
 
 namespace wavealign {
@@ -23,23 +24,7 @@ namespace {
 int expected_width(int panel_width) { return 2 * (panel_width + 2) + 8 + 8; }
 int expected_height(int panel_height) { return panel_height + 2; }
 
-class TempPath {
- public:
-  explicit TempPath(const std::string& suffix) {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            (std::string("wavealign_") + test->test_suite_name() + "_" + test->name() + "_" +
-             std::to_string(::getpid()) + suffix);
-  }
-  ~TempPath() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using test_support::TempPath;
 
 std::vector<uint8_t> read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,6 +1,8 @@
 // Synthetic workload: model shapes, seeded Q/K/V and their pooled form, random and video masks.
 #include <gtest/gtest.h>
 
+#include "support/test_util.h"
+
 #include <algorithm>
 #include <bit>
 #include <limits>
@@ -19,14 +21,7 @@
 namespace wavealign {
 namespace {
 
-void expect_invalid(const std::function<void()>& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "no InvalidArgument, expected argument '" << argument << "'";
-  } catch (const InvalidArgument& error) {
-    EXPECT_EQ(error.argument(), argument) << error.what();
-  }
-}
+using test_support::expect_invalid;
 
 // A video small enough to generate token by token: 6 latent frames of 12x20 tokens (1440 tokens; blocks of
 // 128 straddle frames and the last block holds 32 tokens).

@@ -9,7 +9,7 @@
 
 #include "wavealign/mask.h"
 
-namespace wavealign::testing {
+namespace wavealign::test_support {
 
 /// Bernoulli(density) blocks from a fixed-seed mt19937 (its output is specified by the standard).
 inline BlockMask bernoulli_mask(int heads, int q_blocks, int kv_blocks, double density, uint32_t seed) {
@@ -46,4 +46,4 @@ inline BlockMask circular_mask(int q_blocks, int kv_blocks, uint32_t seed, doubl
   return mask;
 }
 
-}  // namespace wavealign::testing
+}  // namespace wavealign::test_support
