@@ -1,0 +1,145 @@
+// Host API of the GPU plan: the WaveAlign permutations, inverses, kernel schedule and skip statistics of
+// every head of a layer, built on the device from a device mask. Compiles without nvcc; the implementation
+// lives in the wavealign::cuda library.
+//
+// Every plan() call is asynchronous on `stream`: no host synchronization, no allocation (the caller allocates
+// workspace_bytes() once), no host work that reads the mask, so a call can be captured in a CUDA graph. The
+// result equals make_plan() (SkipPolicy kNever / kAlways) up to the angle near-ties described in
+// docs/gpu-plan.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wavealign/enums.h"
+#include "wavealign/plan.h"
+#include "wavealign/schedule.h"
+#include "wavealign/skip.h"
+
+struct CUstream_st;
+
+namespace wavealign::cuda {
+
+using Stream = CUstream_st*;  // cudaStream_t
+
+/// A mask in device memory, original row order. Exactly one form is set:
+///   dense:   [heads, q_blocks, kv_blocks] bytes, nonzero = kept (a torch.bool or uint8 tensor);
+///   CSR:     row_ptr [heads * q_blocks + 1] and col_idx [nnz], row r = head * q_blocks + query block, indices
+///            in [0, kv_blocks) (the order within a row does not matter; out-of-range indices are ignored).
+struct DeviceMask {
+  int heads = 0;
+  int q_blocks = 0;
+  int kv_blocks = 0;
+  const uint8_t* dense = nullptr;
+  const int64_t* row_ptr = nullptr;
+  const int32_t* col_idx = nullptr;
+};
+
+/// Why a head kept the original order (one byte per head on the device).
+enum class GpuSkipReason : uint8_t {
+  kNone = 0,            ///< the requested order was applied
+  kPolicy = 1,          ///< SkipPolicy::kAlways
+  kWorkingSetFits = 2,  ///< K/V working set <= working_set_fit * usable L2
+  kLowDensity = 3,      ///< density < min_density
+  kWavesFit = 4,        ///< mean wave working set <= wave_working_set_fit * usable L2
+  kAdjacentAlike = 5,   ///< adjacent Jaccard >= max_adjacent_jaccard
+};
+
+/// Calibrated gain model of one GPU for SkipPolicy::kAuto: measured once per device, stored as JSON, read on
+/// the host once and handed to the planner. Today the device decides from SkipModel's statistics thresholds
+/// alone (decide_by_statistics); the gain part (decide_by_gain) needs this profile and is not implemented yet,
+/// so a non-empty profile is rejected rather than silently ignored.
+struct GpuSkipProfile {
+  std::string device;  // name of the GPU it was measured on
+  std::string json;    // the profile as loaded
+  bool empty() const { return device.empty() && json.empty(); }
+};
+
+/// Device outputs of one plan. permutations is required; the rest may be null (not written).
+struct GpuPlanOutputs {
+  int32_t* permutations = nullptr;  // [heads, q_blocks]: position p of head h runs original row permutations[h*MB+p]
+  int32_t* inverses = nullptr;      // [heads, q_blocks]: inverses[h*MB + permutations[h*MB+p]] == p
+  ScheduleItem* schedule = nullptr;  // [heads * q_blocks], in `head_order` (make_schedule's layout)
+  HeadOrder head_order = HeadOrder::kSequential;
+  MaskStats* stats = nullptr;       // [heads]: mask_stats() of each head (usable_l2_bytes from config.gpu)
+  uint8_t* skip = nullptr;          // [heads]: GpuSkipReason; != kNone => the head's permutation is the identity
+};
+
+/// Device time of each stage, from CUDA events recorded around them by plan_timed() (benchmarks only).
+struct GpuPlanTimes {
+  double bitpack_ms = 0;     // bit-packing, transposed bits, column counts
+  double stats_ms = 0;       // row NNZ, Jaccard, wave unions, skip flags
+  double iterations_ms = 0;  // Stage 1: start block, T iterations, Rayleigh-Ritz, angles
+  double sorts_ms = 0;       // per-head angle sort, Stage 2 wave sort, shuffle
+  double schedule_ms = 0;    // permutation, inverse, schedule
+  double total_ms = 0;
+};
+
+/// One layer shape and config, set up once; plan() then runs on any mask of that shape.
+/// Not thread-safe: one planner per host thread (or external locking).
+class GpuPlanner {
+ public:
+  /// Validates on the host (no device needed); throws InvalidArgument naming the argument ("heads",
+  /// "q_blocks", "kv_blocks", "wave_size", "iterations", "skip_model", "plan_reuse", "predict_waves",
+  /// "profile"). config.threads is ignored; SkipPolicy::kAuto uses the statistics thresholds only.
+  GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig& config, GpuSkipProfile profile = {});
+
+  int heads() const { return heads_; }
+  int q_blocks() const { return q_blocks_; }
+  int kv_blocks() const { return kv_blocks_; }
+  int wave_size() const { return wave_size_; }
+  const PlanConfig& config() const { return config_; }
+
+  /// Bytes of device workspace for this shape and config (asks CUB for its sort storage: needs a device).
+  size_t workspace_bytes() const;
+
+  /// One-time setup outside the hot path: writes the seeded start block of Stage 1 (SplitMix64 + Box-Muller,
+  /// exactly make_plan's) into the workspace and sets the kernels' shared-memory limits. Synchronizes
+  /// `stream`. The workspace then belongs to this planner: plan() keeps that region and overwrites the rest.
+  void prepare(void* workspace, size_t bytes, Stream stream);
+
+  /// Enqueues the whole plan on `stream`. Throws InvalidArgument naming "mask", "dense", "row_ptr",
+  /// "col_idx", "permutations", "workspace" (or Error when prepare() was not called with this workspace).
+  /// cache_key: an opaque caller-chosen key for this mask's content (e.g. layer and step of the mask
+  /// producer). When it equals the key of an earlier call with the same outputs, nothing is enqueued and
+  /// false is returned: the outputs already hold that plan. The mask is never read or hashed on the host.
+  bool plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
+            std::optional<uint64_t> cache_key = std::nullopt);
+
+  /// plan() with CUDA events around each stage; synchronizes on the last event to read the times. For
+  /// benchmarks, not for the hot path (never cached).
+  GpuPlanTimes plan_timed(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream);
+
+  /// Forget one cached key, or all (e.g. after the output buffers were reused for something else).
+  void forget(uint64_t cache_key);
+  void clear_cache();
+
+ private:
+  struct CacheEntry {
+    uint64_t key;
+    GpuPlanOutputs outputs;
+  };
+  void check_call(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* workspace) const;
+  void enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
+               void* const* events) const;
+
+  int heads_ = 0;
+  int q_blocks_ = 0;
+  int kv_blocks_ = 0;
+  int wave_size_ = 0;
+  PlanConfig config_;
+  GpuSkipProfile profile_;
+  mutable size_t sort_temp_bytes_ = 0;  // CUB's sort storage, asked on first use (the query needs a device)
+  mutable bool sort_temp_known_ = false;
+  const void* prepared_workspace_ = nullptr;
+  int max_dynamic_shared_bytes_ = 48 << 10;
+  std::vector<CacheEntry> cache_;
+};
+
+/// GpuPlanner(heads, q_blocks, kv_blocks, config).workspace_bytes().
+size_t plan_workspace_bytes(int heads, int q_blocks, int kv_blocks, const PlanConfig& config);
+
+}  // namespace wavealign::cuda

@@ -1,0 +1,115 @@
+// Internal interface of the GPU plan: the workspace layout and one launcher per stage. Host code; every
+// launcher only enqueues on `stream` and skips launches whose grid would be empty.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wavealign/gpu_plan.h"
+
+namespace wavealign::cuda::plan {
+
+/// Shape and config of one plan call as the kernels need them.
+struct PlanShape {
+  int heads = 0;
+  int q_blocks = 0;                // MB
+  int kv_blocks = 0;               // NB
+  int row_words = 0;               // ceil(NB / 64): 64-bit words of one mask row
+  int col_words = 0;               // ceil(MB / 64): words of one row of the transposed mask
+  int wave_size = 0;               // Stage 2 bucket
+  int stats_wave = 0;              // gpu.slots(): the wave of mask_stats
+  int64_t rows() const { return int64_t(heads) * q_blocks; }
+};
+
+/// Byte offsets into the workspace, each 256-aligned. `start` comes first and survives plan() calls.
+struct WorkspaceLayout {
+  size_t start = 0;        // double2 [H*MB]: Gaussian start block of Stage 1
+  size_t bits = 0;         // uint64 [H*MB*row_words]
+  size_t bits_t = 0;       // uint64 [H*NB*col_words] (Stage 1 only)
+  size_t col_count = 0;    // double [H*NB]
+  size_t row_nnz = 0;      // int32 [H*MB]
+  size_t x = 0;            // double2 [H*MB]
+  size_t y = 0;            // double2 [H*NB]
+  size_t z = 0;            // double2 [H*MB]
+  size_t keys_in = 0;      // double [H*MB]: polar angles
+  size_t keys_out = 0;     // double [H*MB]
+  size_t vals_in = 0;      // int32 [H*MB]: row index within the head
+  size_t vals_out = 0;     // int32 [H*MB]: Stage 1 order
+  size_t offsets = 0;      // int32 [H+1]: segment starts of the sort
+  size_t order = 0;        // int32 [H*MB]: Stage 2 / shuffled order
+  size_t jaccard = 0;      // double [H*MB]: Jaccard of rows i-1 and i (entry 0 unused)
+  size_t wave_union = 0;   // int64 [H]: sum over waves of the distinct KV blocks of a wave
+  size_t touched = 0;      // uint64 [H*row_words]: KV blocks the head reads at all
+  size_t skip = 0;         // uint8 [H]: GpuSkipReason
+  size_t sort_temp = 0;    // CUB temporary storage
+  size_t sort_temp_bytes = 0;
+  size_t total = 0;
+};
+
+bool needs_stage1(Order order);
+
+/// Layout for `shape`, with sort_temp_bytes() of CUB storage (host arithmetic only).
+WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes);
+
+// ---- bitpack.cu ----
+void launch_pack_dense(const PlanShape& shape, const uint8_t* dense, uint64_t* bits, cudaStream_t stream);
+void launch_pack_csr(const PlanShape& shape, const int64_t* row_ptr, const int32_t* col_idx, uint64_t* bits,
+                     cudaStream_t stream);
+/// bits_t = per-head transpose of bits; col_count[h*NB+j] = popcount of column j.
+void launch_transpose(const PlanShape& shape, const uint64_t* bits, uint64_t* bits_t, double* col_count,
+                      cudaStream_t stream);
+
+// ---- stats.cu ----
+struct StatsParams {
+  int64_t pair_bytes = 0;       // K+V bytes of one KV block
+  int64_t usable_l2_bytes = 0;
+  double working_set_fit = 1, min_density = 0, wave_working_set_fit = 1, max_adjacent_jaccard = 1;
+  SkipPolicy policy = SkipPolicy::kNever;
+  bool original_order = false;  // Order::kOriginal: never "skipped" unless the policy is kAlways
+};
+/// row_nnz, Jaccard, wave unions and touched blocks, then per head MaskStats (when `stats` is set) and the
+/// skip reason into skip (and skip_out when set).
+void launch_stats(const PlanShape& shape, const StatsParams& params, const uint64_t* bits, int32_t* row_nnz,
+                  double* jaccard, long long* wave_union, uint64_t* touched, uint8_t* skip, MaskStats* stats,
+                  uint8_t* skip_out, cudaStream_t stream);
+
+// ---- subspace.cu ----
+struct SubspaceBuffers {
+  const double2* start;
+  const uint64_t* bits;
+  const uint64_t* bits_t;
+  const double* col_count;
+  double2* x;
+  double2* y;
+  double2* z;
+  double* keys;    // polar angle per row
+  int32_t* index;  // row index within the head (the sort's values)
+  int32_t* offsets;
+};
+/// Stage 1 for every head: T iterations, Rayleigh-Ritz, sign convention, angles. `shared_limit` is the
+/// largest dynamic shared memory a block may use (prepare() raised the limit to it).
+void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffers& buffers, int shared_limit,
+                     cudaStream_t stream);
+void set_subspace_shared_limit(int bytes);
+
+// ---- sort.cu ----
+/// CUB storage of the segmented sort of H segments of MB doubles (0 when nothing is sorted).
+size_t sort_temp_bytes(const PlanShape& shape);
+/// Stable ascending sort of each head's (angle, row) pairs: ties keep the lower row first.
+void launch_angle_sort(const PlanShape& shape, const double* keys_in, double* keys_out, const int32_t* vals_in,
+                       int32_t* vals_out, const int32_t* offsets, void* temp, size_t temp_bytes,
+                       cudaStream_t stream);
+
+// ---- schedule.cu ----
+/// Stage 2: each wave of `order_in` (identity when null) sorted by descending row NNZ, stable.
+void launch_wave_sort(const PlanShape& shape, const int32_t* order_in, const int32_t* row_nnz, int32_t* order_out,
+                      cudaStream_t stream);
+/// make_plan's seeded Fisher-Yates shuffle of every head.
+void launch_shuffle(const PlanShape& shape, uint64_t seed, int32_t* order_out, cudaStream_t stream);
+/// Final permutation (identity for skipped heads or a null order), inverse and schedule.
+void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip,
+                     const GpuPlanOutputs& outputs, cudaStream_t stream);
+
+}  // namespace wavealign::cuda::plan

@@ -1,0 +1,320 @@
+// GpuPlanner: host-side validation, the workspace layout, the one-time setup, the plan cache, and the
+// sequence of stage launches on one stream. Host code only; the kernels live in the other files of this
+// folder. Nothing here reads the mask or waits for the device in plan().
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "core/random.h"
+#include "cuda/attention/cuda_check.h"
+#include "cuda/plan/plan_kernels.h"
+#include "wavealign/error.h"
+#include "wavealign/gpu.h"
+#include "wavealign/gpu_plan.h"
+
+namespace wavealign::cuda {
+
+namespace plan {
+
+bool needs_stage1(Order order) { return order == Order::kS1 || order == Order::kWaveAlign; }
+
+WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes) {
+  constexpr size_t kAlign = 256;
+  WorkspaceLayout layout;
+  size_t cursor = 0;
+  auto take = [&](size_t bytes) {
+    const size_t offset = cursor;
+    cursor += (bytes + kAlign - 1) / kAlign * kAlign;
+    return offset;
+  };
+  const size_t heads = size_t(shape.heads), rows = size_t(shape.rows());
+  const size_t columns = heads * size_t(shape.kv_blocks);
+  const bool stage1 = needs_stage1(order);
+  const size_t stage1_rows = stage1 ? rows : 0, stage1_columns = stage1 ? columns : 0;
+  layout.start = take(stage1_rows * 16);
+  layout.bits = take(rows * size_t(shape.row_words) * 8);
+  layout.bits_t = take(stage1_columns * size_t(shape.col_words) * 8);
+  layout.col_count = take(stage1_columns * 8);
+  layout.row_nnz = take(rows * 4);
+  layout.x = take(stage1_rows * 16);
+  layout.y = take(stage1_columns * 16);
+  layout.z = take(stage1_rows * 16);
+  layout.keys_in = take(stage1_rows * 8);
+  layout.keys_out = take(stage1_rows * 8);
+  layout.vals_in = take(stage1_rows * 4);
+  layout.vals_out = take(stage1_rows * 4);
+  layout.offsets = take(stage1 ? (heads + 1) * 4 : 0);
+  layout.order = take(rows * 4);
+  layout.jaccard = take(rows * 8);
+  layout.wave_union = take(heads * 8);
+  layout.touched = take(heads * size_t(shape.row_words) * 8);
+  layout.skip = take(heads);
+  layout.sort_temp_bytes = stage1 ? sort_temp_bytes : 0;
+  layout.sort_temp = take(layout.sort_temp_bytes);
+  layout.total = std::max<size_t>(cursor, kAlign);
+  return layout;
+}
+
+}  // namespace plan
+
+namespace {
+
+// One row of the CSR bit-packing kernel (2 * row_words half-words) must fit in 48 KiB of shared memory.
+constexpr int kMaxKvBlocks = 48 * 1024 / 4 * 32;  // 393,216 KV blocks: 50M tokens at 128-token blocks
+constexpr int kMaxGridDim = 65535;                // heads index grid.y / grid.z
+constexpr int kStaticSharedReserve = 2048;        // the product kernel's static scratch, rounded up
+
+bool same_outputs(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
+  return a.permutations == b.permutations && a.inverses == b.inverses && a.schedule == b.schedule &&
+         a.head_order == b.head_order && a.stats == b.stats && a.skip == b.skip;
+}
+
+}  // namespace
+
+GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig& config, GpuSkipProfile profile)
+    : heads_(heads), q_blocks_(q_blocks), kv_blocks_(kv_blocks), config_(config), profile_(std::move(profile)) {
+  WA_CHECK_ARG(heads >= 0 && heads <= kMaxGridDim, "heads", "must be in [0, ", kMaxGridDim, "], got ", heads);
+  WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
+  WA_CHECK_ARG(kv_blocks >= 0 && kv_blocks <= kMaxKvBlocks, "kv_blocks", "must be in [0, ", kMaxKvBlocks, "], got ",
+               kv_blocks);
+  WA_CHECK_ARG(int64_t(heads) * q_blocks <= INT_MAX, "q_blocks", "heads x q_blocks = ", int64_t(heads) * q_blocks,
+               " exceeds the int32 row index of the plan");
+  WA_CHECK_ARG(config.wave_size >= 0, "wave_size", "must be >= 0 (0 = the GPU's slots), got ", config.wave_size);
+  WA_CHECK_ARG(config.iterations >= 1 && config.iterations <= 1000, "iterations", "must be in [1, 1000], got ",
+               config.iterations);
+  const SkipModel& model = config.skip_model;
+  WA_CHECK_ARG(model.head_dim > 0 && model.element_bytes > 0 && model.kv_block > 0, "skip_model",
+               "head_dim, element_bytes and kv_block must be positive");
+  WA_CHECK_ARG(model.plan_reuse > 0, "plan_reuse", "must be > 0, got ", model.plan_reuse);
+  WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
+  WA_CHECK_ARG(profile_.empty(), "profile",
+               "the gain-based skip on the GPU is not implemented yet; pass an empty profile (the statistics "
+               "thresholds of skip_model decide)");
+  wave_size_ = config.wave_size > 0 ? config.wave_size : gpu_model(config.gpu).slots();
+}
+
+size_t GpuPlanner::workspace_bytes() const {
+  plan::PlanShape shape;
+  shape.heads = heads_;
+  shape.q_blocks = q_blocks_;
+  if (!sort_temp_known_ && plan::needs_stage1(config_.order)) {
+    sort_temp_bytes_ = plan::sort_temp_bytes(shape);
+    sort_temp_known_ = true;
+  }
+  shape.kv_blocks = kv_blocks_;
+  shape.row_words = (kv_blocks_ + 63) / 64;
+  shape.col_words = (q_blocks_ + 63) / 64;
+  return plan::workspace_layout(shape, config_.order, sort_temp_bytes_).total;
+}
+
+size_t plan_workspace_bytes(int heads, int q_blocks, int kv_blocks, const PlanConfig& config) {
+  return GpuPlanner(heads, q_blocks, kv_blocks, config).workspace_bytes();
+}
+
+void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
+  WA_CHECK_ARG(workspace != nullptr, "workspace", "is null");
+  const size_t needed = workspace_bytes();
+  WA_CHECK_ARG(bytes >= needed, "workspace", "has ", bytes, " bytes, the plan needs ", needed);
+  int device = 0, optin = 0;
+  WA_CUDA_CHECK(cudaGetDevice(&device));
+  WA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  max_dynamic_shared_bytes_ = std::max(48 << 10, optin - kStaticSharedReserve);
+  if (plan::needs_stage1(config_.order)) {
+    plan::set_subspace_shared_limit(max_dynamic_shared_bytes_);
+    const int64_t rows = int64_t(heads_) * q_blocks_;
+    if (rows > 0) {
+      // make_plan's start block: per head, SplitMix64 seeded as centered_subspace seeds it, two normals per row
+      // (component 0 first).
+      std::vector<double> start(size_t(rows) * 2);
+      for (int h = 0; h < heads_; ++h) {
+        SplitMix64 rng(config_.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(h + 1)));
+        for (int i = 0; i < q_blocks_; ++i) {
+          const size_t at = (size_t(h) * q_blocks_ + i) * 2;
+          start[at] = rng.normal();
+          start[at + 1] = rng.normal();
+        }
+      }
+      const plan::WorkspaceLayout layout = plan::workspace_layout(
+          {heads_, q_blocks_, kv_blocks_, (kv_blocks_ + 63) / 64, (q_blocks_ + 63) / 64, wave_size_, 1},
+          config_.order, sort_temp_bytes_);
+      WA_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + layout.start, start.data(),
+                                    start.size() * sizeof(double), cudaMemcpyHostToDevice, stream));
+    }
+  }
+  WA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  prepared_workspace_ = workspace;
+}
+
+void GpuPlanner::check_call(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* workspace) const {
+  WA_CHECK_ARG(mask.heads == heads_ && mask.q_blocks == q_blocks_ && mask.kv_blocks == kv_blocks_, "mask",
+               "is ", mask.heads, "x", mask.q_blocks, "x", mask.kv_blocks, ", the planner was set up for ", heads_,
+               "x", q_blocks_, "x", kv_blocks_);
+  const bool empty = int64_t(heads_) * q_blocks_ == 0;
+  if (!empty) {
+    const bool csr = mask.row_ptr != nullptr || mask.col_idx != nullptr;
+    WA_CHECK_ARG(!(mask.dense != nullptr && csr), "mask", "sets both the dense and the CSR form; pass one");
+    WA_CHECK_ARG(mask.dense != nullptr || csr, "mask", "sets neither the dense nor the CSR form");
+    if (csr) {
+      WA_CHECK_ARG(mask.row_ptr != nullptr, "row_ptr", "is null while col_idx is set");
+      WA_CHECK_ARG(mask.col_idx != nullptr, "col_idx", "is null while row_ptr is set");
+    }
+    WA_CHECK_ARG(outputs.permutations != nullptr, "permutations", "is null (the permutation output is required)");
+  }
+  WA_CHECK_ARG(workspace != nullptr, "workspace", "is null");
+  WA_CHECK_ARG(workspace == prepared_workspace_, "workspace",
+               "was not set up by prepare(); call prepare(workspace, bytes, stream) once before plan()");
+}
+
+void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
+                         void* const* events) const {
+  plan::PlanShape shape;
+  shape.heads = heads_;
+  shape.q_blocks = q_blocks_;
+  shape.kv_blocks = kv_blocks_;
+  shape.row_words = (kv_blocks_ + 63) / 64;
+  shape.col_words = (q_blocks_ + 63) / 64;
+  shape.wave_size = wave_size_;
+  const GpuModel gpu = gpu_model(config_.gpu);
+  shape.stats_wave = gpu.slots();
+  const plan::WorkspaceLayout layout = plan::workspace_layout(shape, config_.order, sort_temp_bytes_);
+  char* base = static_cast<char*>(workspace);
+  auto at = [&](size_t offset) { return static_cast<void*>(base + offset); };
+  auto mark = [&](int k) {
+    if (events) WA_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events[k]), stream));
+  };
+  auto* bits = static_cast<uint64_t*>(at(layout.bits));
+  auto* row_nnz = static_cast<int32_t*>(at(layout.row_nnz));
+  auto* skip = static_cast<uint8_t*>(at(layout.skip));
+  const bool stage1 = plan::needs_stage1(config_.order);
+  const bool reorder = config_.skip != SkipPolicy::kAlways && config_.order != Order::kOriginal;
+
+  mark(0);
+  if (mask.dense)
+    plan::launch_pack_dense(shape, mask.dense, bits, stream);
+  else
+    plan::launch_pack_csr(shape, mask.row_ptr, mask.col_idx, bits, stream);
+  if (stage1 && reorder)
+    plan::launch_transpose(shape, bits, static_cast<uint64_t*>(at(layout.bits_t)),
+                           static_cast<double*>(at(layout.col_count)), stream);
+  mark(1);
+
+  const SkipModel& model = config_.skip_model;
+  plan::StatsParams params;
+  params.pair_bytes = 2ll * model.kv_block * model.head_dim * model.element_bytes;
+  params.usable_l2_bytes = gpu.usable_l2_bytes();
+  params.working_set_fit = model.working_set_fit;
+  params.min_density = model.min_density;
+  params.wave_working_set_fit = model.wave_working_set_fit;
+  params.max_adjacent_jaccard = model.max_adjacent_jaccard;
+  params.policy = config_.skip;
+  params.original_order = config_.order == Order::kOriginal;
+  plan::launch_stats(shape, params, bits, row_nnz, static_cast<double*>(at(layout.jaccard)),
+                     static_cast<long long*>(at(layout.wave_union)), static_cast<uint64_t*>(at(layout.touched)), skip,
+                     outputs.stats, outputs.skip, stream);
+  mark(2);
+
+  auto* keys_out = static_cast<double*>(at(layout.keys_out));
+  auto* vals_out = static_cast<int32_t*>(at(layout.vals_out));
+  if (stage1 && reorder) {
+    plan::SubspaceBuffers buffers;
+    buffers.start = static_cast<const double2*>(at(layout.start));
+    buffers.bits = bits;
+    buffers.bits_t = static_cast<const uint64_t*>(at(layout.bits_t));
+    buffers.col_count = static_cast<const double*>(at(layout.col_count));
+    buffers.x = static_cast<double2*>(at(layout.x));
+    buffers.y = static_cast<double2*>(at(layout.y));
+    buffers.z = static_cast<double2*>(at(layout.z));
+    buffers.keys = static_cast<double*>(at(layout.keys_in));
+    buffers.index = static_cast<int32_t*>(at(layout.vals_in));
+    buffers.offsets = static_cast<int32_t*>(at(layout.offsets));
+    plan::launch_subspace(shape, config_.iterations, buffers, max_dynamic_shared_bytes_, stream);
+  }
+  mark(3);
+
+  const int32_t* order = nullptr;
+  auto* order_buffer = static_cast<int32_t*>(at(layout.order));
+  if (reorder) {
+    if (stage1)
+      plan::launch_angle_sort(shape, static_cast<const double*>(at(layout.keys_in)), keys_out,
+                              static_cast<const int32_t*>(at(layout.vals_in)), vals_out,
+                              static_cast<const int32_t*>(at(layout.offsets)), at(layout.sort_temp),
+                              layout.sort_temp_bytes, stream);
+    switch (config_.order) {
+      case Order::kS1:
+        order = vals_out;
+        break;
+      case Order::kWaveAlign:
+        plan::launch_wave_sort(shape, vals_out, row_nnz, order_buffer, stream);
+        order = order_buffer;
+        break;
+      case Order::kS2:
+        plan::launch_wave_sort(shape, nullptr, row_nnz, order_buffer, stream);
+        order = order_buffer;
+        break;
+      case Order::kShuffled:
+        plan::launch_shuffle(shape, config_.seed, order_buffer, stream);
+        order = order_buffer;
+        break;
+      case Order::kOriginal:
+        break;
+    }
+  }
+  mark(4);
+  plan::launch_assemble(shape, order, skip, outputs, stream);
+  mark(5);
+}
+
+bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
+                      std::optional<uint64_t> cache_key) {
+  check_call(mask, outputs, workspace);
+  if (cache_key) {
+    for (const CacheEntry& entry : cache_)
+      if (entry.key == *cache_key && same_outputs(entry.outputs, outputs)) return false;
+  }
+  // These outputs are about to hold a new plan: no earlier key may claim them.
+  std::erase_if(cache_, [&](const CacheEntry& entry) { return entry.outputs.permutations == outputs.permutations; });
+  enqueue(mask, outputs, workspace, stream, nullptr);
+  if (cache_key) cache_.push_back({*cache_key, outputs});
+  return true;
+}
+
+GpuPlanTimes GpuPlanner::plan_timed(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace,
+                                    Stream stream) {
+  check_call(mask, outputs, workspace);
+  std::erase_if(cache_, [&](const CacheEntry& entry) { return entry.outputs.permutations == outputs.permutations; });
+  constexpr int kEvents = 6;
+  cudaEvent_t events[kEvents] = {};
+  for (cudaEvent_t& event : events) WA_CUDA_CHECK(cudaEventCreate(&event));
+  GpuPlanTimes times;
+  try {
+    void* handles[kEvents];
+    for (int k = 0; k < kEvents; ++k) handles[k] = events[k];
+    enqueue(mask, outputs, workspace, stream, handles);
+    WA_CUDA_CHECK(cudaEventSynchronize(events[kEvents - 1]));
+    float ms[kEvents - 1];
+    for (int k = 0; k + 1 < kEvents; ++k) WA_CUDA_CHECK(cudaEventElapsedTime(&ms[k], events[k], events[k + 1]));
+    times.bitpack_ms = ms[0];
+    times.stats_ms = ms[1];
+    times.iterations_ms = ms[2];
+    times.sorts_ms = ms[3];
+    times.schedule_ms = ms[4];
+    float total = 0;
+    WA_CUDA_CHECK(cudaEventElapsedTime(&total, events[0], events[kEvents - 1]));
+    times.total_ms = total;
+  } catch (...) {
+    for (cudaEvent_t event : events) cudaEventDestroy(event);
+    throw;
+  }
+  for (cudaEvent_t event : events) WA_CUDA_CHECK(cudaEventDestroy(event));
+  return times;
+}
+
+void GpuPlanner::forget(uint64_t cache_key) {
+  std::erase_if(cache_, [&](const CacheEntry& entry) { return entry.key == cache_key; });
+}
+
+void GpuPlanner::clear_cache() { cache_.clear(); }
+
+}  // namespace wavealign::cuda
