@@ -1,0 +1,227 @@
+// Device time of the GPU plan for a full video-DiT layer (default: Wan2.1-14B at 720p, 401 frames: 40 heads x
+// 2,841 query blocks, video mask at density 0.28), with the stage breakdown from CUDA events and each stage's
+// effective bandwidth (bytes of a single pass over its inputs and outputs / time). One JSON line per input
+// form. Goal: the whole layer in <= 3 ms.
+//
+//   wa_bench_plan_gpu [--heads N] [--frames F] [--repeats R] [--order NAME] [--input dense|csr|both]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "wavealign/gpu_plan.h"
+#include "wavealign/plan.h"
+#include "wavealign/workload.h"
+
+namespace {
+
+using namespace wavealign;
+
+#define WA_BENCH_CUDA(call)                                                                        \
+  do {                                                                                             \
+    const cudaError_t status = (call);                                                             \
+    if (status != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status));                  \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+struct Options {
+  int heads = 40;
+  int frames = 401;  // 101 latent frames x 3,600 tokens = 363,600 tokens = 2,841 blocks of 128
+  int repeats = 20;
+  Order order = Order::kWaveAlign;
+  std::string input = "both";
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--heads") options.heads = std::stoi(value);
+    else if (flag == "--frames") options.frames = std::stoi(value);
+    else if (flag == "--repeats") options.repeats = std::max(1, std::stoi(value));
+    else if (flag == "--order") options.order = from_string<Order>(value);
+    else if (flag == "--input") options.input = value;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      std::exit(2);
+    }
+  }
+  return options;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+template <class T>
+T* device_copy(const std::vector<T>& values) {
+  T* data = nullptr;
+  WA_BENCH_CUDA(cudaMalloc(&data, std::max<size_t>(values.size(), 1) * sizeof(T)));
+  if (!values.empty())
+    WA_BENCH_CUDA(cudaMemcpy(data, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return data;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  int device = 0;
+  cudaDeviceProp properties{};
+  WA_BENCH_CUDA(cudaGetDevice(&device));
+  WA_BENCH_CUDA(cudaGetDeviceProperties(&properties, device));
+
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, options.frames);
+  const BlockMask mask = video_mask(shape, options.heads, {128, 128}, {}, 1);
+  const int heads = mask.heads(), rows = mask.q_blocks(), cols = mask.kv_blocks();
+  const int64_t total_rows = int64_t(heads) * rows;
+
+  PlanConfig config;
+  config.order = options.order;
+  config.skip = SkipPolicy::kNever;
+  const auto cpu_start = std::chrono::steady_clock::now();
+  const Plan cpu = make_plan(mask, config);
+  const double cpu_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - cpu_start).count();
+  const std::vector<int32_t> cpu_permutations = cpu.permutations();
+
+  cuda::GpuPlanner planner(heads, rows, cols, config);
+  cudaStream_t stream = nullptr;
+  WA_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t workspace_bytes = planner.workspace_bytes();
+  void* workspace = nullptr;
+  WA_BENCH_CUDA(cudaMalloc(&workspace, workspace_bytes));
+  planner.prepare(workspace, workspace_bytes, stream);
+
+  int32_t *permutations = nullptr, *inverses = nullptr;
+  ScheduleItem* schedule = nullptr;
+  MaskStats* stats = nullptr;
+  uint8_t* skip = nullptr;
+  WA_BENCH_CUDA(cudaMalloc(&permutations, size_t(total_rows) * sizeof(int32_t)));
+  WA_BENCH_CUDA(cudaMalloc(&inverses, size_t(total_rows) * sizeof(int32_t)));
+  WA_BENCH_CUDA(cudaMalloc(&schedule, size_t(total_rows) * sizeof(ScheduleItem)));
+  WA_BENCH_CUDA(cudaMalloc(&stats, size_t(heads) * sizeof(MaskStats)));
+  WA_BENCH_CUDA(cudaMalloc(&skip, size_t(heads)));
+  const cuda::GpuPlanOutputs outputs{permutations, inverses, schedule, HeadOrder::kSequential, stats, skip};
+
+  const CsrMask csr = mask.to_csr();
+  const double density = mask.density();
+  const double row_words = (cols + 63) / 64, col_words = (rows + 63) / 64;
+  const double bits_bytes = double(total_rows) * row_words * 8;
+  const double bits_t_bytes = double(heads) * cols * col_words * 8;
+  const bool stage1 = config.order == Order::kS1 || config.order == Order::kWaveAlign;
+
+  for (const std::string form : {"dense", "csr"}) {
+    if (options.input != "both" && options.input != form) continue;
+    cuda::DeviceMask device_mask{heads, rows, cols};
+    uint8_t* dense = nullptr;
+    int64_t* row_ptr = nullptr;
+    int32_t* col_idx = nullptr;
+    double input_bytes = 0;
+    if (form == "dense") {
+      dense = device_copy(mask.to_dense());
+      device_mask.dense = dense;
+      input_bytes = double(total_rows) * cols;
+    } else {
+      row_ptr = device_copy(csr.row_ptr);
+      col_idx = device_copy(csr.col_idx);
+      device_mask.row_ptr = row_ptr;
+      device_mask.col_idx = col_idx;
+      input_bytes = double(csr.row_ptr.size()) * 8 + double(csr.col_idx.size()) * 4;
+    }
+
+    for (int warm = 0; warm < 3; ++warm) planner.plan(device_mask, outputs, workspace, stream);
+    WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+
+    std::vector<double> total, bitpack, stats_ms, iterations, sorts, schedule_ms;
+    for (int r = 0; r < options.repeats; ++r) {
+      const cuda::GpuPlanTimes times = planner.plan_timed(device_mask, outputs, workspace, stream);
+      total.push_back(times.total_ms);
+      bitpack.push_back(times.bitpack_ms);
+      stats_ms.push_back(times.stats_ms);
+      iterations.push_back(times.iterations_ms);
+      sorts.push_back(times.sorts_ms);
+      schedule_ms.push_back(times.schedule_ms);
+    }
+
+    // The same plan replayed from a CUDA graph: no launch overhead between the ~40 kernels.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    WA_BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    planner.plan(device_mask, outputs, workspace, stream);
+    WA_BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+    WA_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t begin, end;
+    WA_BENCH_CUDA(cudaEventCreate(&begin));
+    WA_BENCH_CUDA(cudaEventCreate(&end));
+    WA_BENCH_CUDA(cudaGraphLaunch(exec, stream));
+    std::vector<double> graph_ms;
+    for (int r = 0; r < options.repeats; ++r) {
+      WA_BENCH_CUDA(cudaEventRecord(begin, stream));
+      WA_BENCH_CUDA(cudaGraphLaunch(exec, stream));
+      WA_BENCH_CUDA(cudaEventRecord(end, stream));
+      WA_BENCH_CUDA(cudaEventSynchronize(end));
+      float ms = 0;
+      WA_BENCH_CUDA(cudaEventElapsedTime(&ms, begin, end));
+      graph_ms.push_back(ms);
+    }
+
+    std::vector<int32_t> gpu_permutations(static_cast<size_t>(total_rows), 0);
+    WA_BENCH_CUDA(cudaMemcpy(gpu_permutations.data(), permutations, gpu_permutations.size() * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost));
+    int equal_heads = 0;
+    for (int h = 0; h < heads; ++h)
+      equal_heads += std::equal(gpu_permutations.begin() + int64_t(h) * rows,
+                                gpu_permutations.begin() + int64_t(h + 1) * rows,
+                                cpu_permutations.begin() + int64_t(h) * rows);
+
+    // Bytes of one pass over each stage's inputs and outputs (the stage's floor; the kernels read some of it
+    // several times through L2).
+    const double pack_bytes = input_bytes + bits_bytes + (stage1 ? 2 * bits_t_bytes + bits_bytes : 0);
+    const double stats_bytes = 3 * bits_bytes;
+    const double iteration_bytes =
+        stage1 ? (config.iterations + 1) * (bits_bytes + bits_t_bytes + 16.0 * (2 * total_rows + heads * cols)) : 0;
+    const double sort_bytes = stage1 ? 2.0 * 12 * total_rows * 8 + 4.0 * 4 * total_rows : 8.0 * total_rows;
+    const double schedule_bytes = double(total_rows) * (4 + 4 + 4 + 8);
+    auto gbps = [](double bytes, double ms) { return ms > 0 ? bytes / (ms * 1e6) : 0.0; };
+
+    std::printf(
+        "{\"device\": \"%s\", \"heads\": %d, \"rows\": %d, \"kv_blocks\": %d, \"density\": %.4f, \"input\": \"%s\", "
+        "\"order\": \"%s\", \"iterations\": %d, \"repeats\": %d, \"plan_ms\": %.4f, \"graph_plan_ms\": %.4f, "
+        "\"goal_ms\": 3.0, \"cpu_plan_ms\": %.1f, \"heads_equal_to_cpu\": %d, \"workspace_mib\": %.1f, "
+        "\"breakdown\": {\"bitpack_ms\": %.4f, \"stats_ms\": %.4f, \"iterations_ms\": %.4f, \"sorts_ms\": %.4f, "
+        "\"schedule_ms\": %.4f}, \"bandwidth_gbps\": {\"bitpack\": %.1f, \"stats\": %.1f, \"iterations\": %.1f, "
+        "\"sorts\": %.1f, \"schedule\": %.1f}}\n",
+        properties.name, heads, rows, cols, density, form.c_str(), std::string(to_string(config.order)).c_str(),
+        config.iterations, options.repeats, median(total), median(graph_ms), cpu_ms, equal_heads,
+        double(workspace_bytes) / (1 << 20), median(bitpack), median(stats_ms), median(iterations), median(sorts),
+        median(schedule_ms), gbps(pack_bytes, median(bitpack)), gbps(stats_bytes, median(stats_ms)),
+        gbps(iteration_bytes, median(iterations)), gbps(sort_bytes, median(sorts)),
+        gbps(schedule_bytes, median(schedule_ms)));
+    std::fflush(stdout);
+
+    WA_BENCH_CUDA(cudaEventDestroy(begin));
+    WA_BENCH_CUDA(cudaEventDestroy(end));
+    WA_BENCH_CUDA(cudaGraphExecDestroy(exec));
+    WA_BENCH_CUDA(cudaGraphDestroy(graph));
+    cudaFree(dense);
+    cudaFree(row_ptr);
+    cudaFree(col_idx);
+  }
+  cudaFree(permutations);
+  cudaFree(inverses);
+  cudaFree(schedule);
+  cudaFree(stats);
+  cudaFree(skip);
+  cudaFree(workspace);
+  cudaStreamDestroy(stream);
+  return 0;
+}

@@ -1,0 +1,442 @@
+// The GPU plan against the CPU plan: every order, dense and CSR inputs, partial shapes, empty rows and masks,
+// statistics and skip flags, graph capture, the plan cache, and the host-side argument checks (which run
+// without a device).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "attention_harness.h"
+#include "support/masks.h"
+#include "support/test_util.h"
+#include "wavealign/gpu_plan.h"
+#include "wavealign/plan.h"
+#include "wavealign/schedule.h"
+#include "wavealign/simulate.h"
+#include "wavealign/skip.h"
+#include "wavealign/workload.h"
+
+namespace wavealign::cuda {
+namespace {
+
+using test_support::expect_invalid;
+
+// Angles closer than this (radians) may swap between the CPU and the GPU: their vectors agree to ~1e-15
+// relative, and the angle order only flips for gaps of that size.
+constexpr double kSeparatedGap = 1e-9;
+constexpr double kHitRatioTolerance = 0.01;  // one point of L2 hit ratio when near-ties may differ
+
+#define WA_CUDA_REQUIRE(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t count) : count_(count) {
+    // At least one element, so that an empty array is still a valid non-null pointer.
+    if (cudaMalloc(&data_, std::max<size_t>(count, 1) * sizeof(T)) != cudaSuccess) data_ = nullptr;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(data_); }
+  T* get() const { return data_; }
+  size_t count() const { return count_; }
+  void upload(const std::vector<T>& values) {
+    if (!values.empty()) cudaMemcpy(data_, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> download() const {
+    std::vector<T> values(count_);
+    if (count_) cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return values;
+  }
+  void poison() { cudaMemset(data_, 0xFF, std::max<size_t>(count_, 1) * sizeof(T)); }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+enum class Form { kDense, kCsr };
+
+struct DeviceMaskCopy {
+  DeviceMaskCopy(const BlockMask& mask, Form form)
+      : dense(form == Form::kDense ? size_t(mask.heads()) * mask.q_blocks() * mask.kv_blocks() : 0),
+        row_ptr(form == Form::kCsr ? size_t(mask.heads()) * mask.q_blocks() + 1 : 0),
+        col_idx(form == Form::kCsr ? size_t(mask.nnz()) : 0) {
+    view.heads = mask.heads();
+    view.q_blocks = mask.q_blocks();
+    view.kv_blocks = mask.kv_blocks();
+    if (form == Form::kDense) {
+      dense.upload(mask.to_dense());
+      view.dense = dense.get();
+    } else {
+      const CsrMask csr = mask.to_csr();
+      row_ptr.upload(csr.row_ptr);
+      col_idx.upload(csr.col_idx);
+      view.row_ptr = row_ptr.get();
+      view.col_idx = col_idx.get();
+    }
+  }
+  DeviceArray<uint8_t> dense;
+  DeviceArray<int64_t> row_ptr;
+  DeviceArray<int32_t> col_idx;
+  DeviceMask view;
+};
+
+struct GpuResult {
+  std::vector<int32_t> permutations, inverses;
+  std::vector<ScheduleItem> schedule;
+  std::vector<MaskStats> stats;
+  std::vector<uint8_t> skip;
+};
+
+struct GpuOutputs {
+  GpuOutputs(int heads, int q_blocks)
+      : permutations(size_t(heads) * q_blocks), inverses(size_t(heads) * q_blocks),
+        schedule(size_t(heads) * q_blocks), stats(heads), skip(heads) {
+    permutations.poison();
+    inverses.poison();
+    schedule.poison();
+    stats.poison();
+    skip.poison();
+  }
+  GpuPlanOutputs view(HeadOrder head_order) const {
+    return {permutations.get(), inverses.get(), schedule.get(), head_order, stats.get(), skip.get()};
+  }
+  GpuResult download() const {
+    return {permutations.download(), inverses.download(), schedule.download(), stats.download(), skip.download()};
+  }
+  DeviceArray<int32_t> permutations, inverses;
+  DeviceArray<ScheduleItem> schedule;
+  DeviceArray<MaskStats> stats;
+  DeviceArray<uint8_t> skip;
+};
+
+GpuResult run_gpu(const BlockMask& mask, const PlanConfig& config, Form form,
+                  HeadOrder head_order = HeadOrder::kSequential) {
+  GpuPlanner planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config);
+  const size_t bytes = planner.workspace_bytes();
+  DeviceArray<uint8_t> workspace(bytes);
+  planner.prepare(workspace.get(), bytes, nullptr);
+  DeviceMaskCopy device_mask(mask, form);
+  GpuOutputs outputs(mask.heads(), mask.q_blocks());
+  EXPECT_TRUE(planner.plan(device_mask.view, outputs.view(head_order), workspace.get(), nullptr));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  return outputs.download();
+}
+
+// True when every head's CPU angles are at least kSeparatedGap apart and away from the +-pi cut, so that
+// rounding cannot reorder them.
+bool well_separated(const BlockMask& mask, int head, const PlanConfig& config) {
+  const Subspace subspace = centered_subspace(mask, head, config.iterations, config.seed);
+  std::vector<double> angles(subspace.u1.size());
+  for (size_t i = 0; i < angles.size(); ++i) {
+    angles[i] = std::atan2(subspace.u2[i], subspace.u1[i]);
+    if (std::numbers::pi - std::abs(angles[i]) < kSeparatedGap) return false;
+  }
+  std::sort(angles.begin(), angles.end());
+  for (size_t i = 1; i < angles.size(); ++i)
+    if (angles[i] - angles[i - 1] < kSeparatedGap) return false;
+  return true;
+}
+
+Plan plan_from(const BlockMask& mask, const std::vector<int32_t>& permutations) {
+  Plan plan;
+  plan.heads = mask.heads();
+  plan.q_blocks = mask.q_blocks();
+  plan.kv_blocks = mask.kv_blocks();
+  plan.head_plans.resize(mask.heads());
+  for (int h = 0; h < mask.heads(); ++h)
+    plan.head_plans[h].permutation.assign(permutations.begin() + ptrdiff_t(h) * mask.q_blocks(),
+                                          permutations.begin() + ptrdiff_t(h + 1) * mask.q_blocks());
+  return plan;
+}
+
+double hit_ratio(const BlockMask& mask, const std::vector<int32_t>& permutations, const PlanConfig& config) {
+  SimConfig sim;
+  sim.gpu = gpu_model(config.gpu);
+  sim.block = {config.skip_model.kv_block, config.skip_model.kv_block};
+  return simulate(mask.to_csr(), make_schedule(plan_from(mask, permutations), HeadOrder::kSequential), sim)
+      .l2_hit_ratio;
+}
+
+void expect_stats_equal(const MaskStats& gpu, const MaskStats& cpu, const std::string& where) {
+  EXPECT_EQ(gpu.nnz, cpu.nnz) << where;
+  EXPECT_EQ(gpu.density, cpu.density) << where;
+  EXPECT_EQ(gpu.kv_working_set_bytes, cpu.kv_working_set_bytes) << where;
+  EXPECT_EQ(gpu.usable_l2_bytes, cpu.usable_l2_bytes) << where;
+  EXPECT_EQ(gpu.adjacent_jaccard, cpu.adjacent_jaccard) << where;
+  EXPECT_EQ(gpu.wave_working_set_bytes, cpu.wave_working_set_bytes) << where;
+}
+
+// Checks one config on both input forms against make_plan; returns how many heads were compared exactly.
+int compare_with_cpu(const BlockMask& mask, PlanConfig config, const std::string& label,
+                     HeadOrder head_order = HeadOrder::kSequential) {
+  config.skip = SkipPolicy::kNever;
+  const Plan cpu = make_plan(mask, config);
+  const GpuResult dense = run_gpu(mask, config, Form::kDense, head_order);
+  const GpuResult csr = run_gpu(mask, config, Form::kCsr, head_order);
+  const std::string where = label + " order " + std::string(to_string(config.order));
+  EXPECT_EQ(dense.permutations, csr.permutations) << where << ": dense and CSR inputs disagree";
+  EXPECT_EQ(dense.skip, csr.skip) << where;
+
+  const int rows = mask.q_blocks();
+  const GpuModel gpu = gpu_model(config.gpu);
+  int exact_heads = 0;
+  for (int h = 0; h < mask.heads(); ++h) {
+    const std::vector<int32_t> gpu_head(dense.permutations.begin() + ptrdiff_t(h) * rows,
+                                        dense.permutations.begin() + ptrdiff_t(h + 1) * rows);
+    check_permutation(gpu_head, "gpu permutation");
+    for (int p = 0; p < rows; ++p)
+      EXPECT_EQ(dense.inverses[size_t(h) * rows + gpu_head[p]], p) << where << " head " << h;
+    expect_stats_equal(dense.stats[h], mask_stats(mask, h, gpu, config.skip_model),
+                       where + " head " + std::to_string(h));
+    EXPECT_EQ(dense.skip[h], uint8_t(GpuSkipReason::kNone)) << where;
+    const bool needs_exact = config.order == Order::kOriginal || config.order == Order::kS2 ||
+                             config.order == Order::kShuffled || well_separated(mask, h, config);
+    if (needs_exact) {
+      EXPECT_EQ(gpu_head, cpu.head_plans[h].permutation) << where << " head " << h;
+      ++exact_heads;
+    }
+  }
+  const Schedule expected = make_schedule(plan_from(mask, dense.permutations), head_order);
+  EXPECT_EQ(dense.schedule, expected.items) << where << ": schedule";
+  if (exact_heads < mask.heads())
+    EXPECT_NEAR(hit_ratio(mask, dense.permutations, config), hit_ratio(mask, cpu.permutations(), config),
+                kHitRatioTolerance)
+        << where << ": " << mask.heads() - exact_heads << " heads have angle near-ties";
+  return exact_heads;
+}
+
+constexpr Order kAllOrders[] = {Order::kOriginal, Order::kS1, Order::kS2, Order::kWaveAlign, Order::kShuffled};
+
+TEST(GpuPlan, RandomMasksEveryOrder) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = test_support::bernoulli_mask(3, 300, 200, 0.3, 11);
+  for (Order order : kAllOrders) {
+    PlanConfig config;
+    config.order = order;
+    config.wave_size = 32;
+    config.seed = 5;
+    compare_with_cpu(mask, config, "random 3x300x200");
+  }
+}
+
+TEST(GpuPlan, PartialShapes) {
+  WA_REQUIRE_GPU();
+  // MB not a multiple of W (or of 64), NB not a multiple of 64 (and below 32 in one case).
+  const int shapes[][3] = {{2, 137, 70}, {1, 65, 129}, {2, 33, 17}, {1, 1, 5}, {2, 200, 1}};
+  for (const auto& shape : shapes) {
+    const BlockMask mask = test_support::bernoulli_mask(shape[0], shape[1], shape[2], 0.35, 3);
+    for (Order order : kAllOrders) {
+      PlanConfig config;
+      config.order = order;
+      config.wave_size = 24;
+      compare_with_cpu(mask, config,
+                       "shape " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" +
+                           std::to_string(shape[2]));
+    }
+  }
+}
+
+TEST(GpuPlan, StructuredMasksMatchExactly) {
+  WA_REQUIRE_GPU();
+  // Rows on a circle: the angles are well separated, so the permutations must be equal, not just close.
+  const int heads = 3, rows = 257, cols = 190;
+  BlockMask mask(heads, rows, cols);
+  for (int h = 0; h < heads; ++h) {
+    std::vector<double> theta;
+    const BlockMask one = test_support::circular_mask(rows, cols, 100 + h, 0.5, &theta);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j)
+        if (one.test(0, i, j)) mask.set(h, i, j);
+  }
+  for (Order order : {Order::kS1, Order::kWaveAlign}) {
+    PlanConfig config;
+    config.order = order;
+    config.wave_size = 40;
+    config.iterations = 12;
+    const int exact = compare_with_cpu(mask, config, "circular");
+    EXPECT_EQ(exact, heads) << "circular masks should have no angle near-ties";
+  }
+}
+
+TEST(GpuPlan, VideoMaskBothHeadOrders) {
+  WA_REQUIRE_GPU();
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const int q_blocks = blocks_for(shape.tokens(), 128);
+  const BlockMask mask = video_mask(shape, 4, {128, 128}, {}, 7);
+  ASSERT_EQ(mask.q_blocks(), q_blocks);
+  for (HeadOrder head_order : {HeadOrder::kSequential, HeadOrder::kConcurrent}) {
+    PlanConfig config;
+    config.order = Order::kWaveAlign;
+    compare_with_cpu(mask, config, "video", head_order);
+  }
+}
+
+TEST(GpuPlan, EmptyRowsAndEmptyMasks) {
+  WA_REQUIRE_GPU();
+  BlockMask with_empty_rows = test_support::bernoulli_mask(2, 120, 90, 0.3, 21);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 120; i += 7)
+      for (int j = 0; j < 90; ++j) with_empty_rows.set(h, i, j, false);
+  const BlockMask empty(2, 50, 40);
+  const BlockMask no_columns(2, 30, 0);
+  for (Order order : kAllOrders) {
+    PlanConfig config;
+    config.order = order;
+    config.wave_size = 16;
+    compare_with_cpu(with_empty_rows, config, "empty rows");
+    // Degenerate embeddings (e_0, e_1) are computed exactly on both sides: equal permutations expected.
+    for (const BlockMask* mask : {&empty, &no_columns}) {
+      const Plan cpu = make_plan(*mask, config);
+      EXPECT_EQ(run_gpu(*mask, config, Form::kDense).permutations, cpu.permutations());
+      EXPECT_EQ(run_gpu(*mask, config, Form::kCsr).permutations, cpu.permutations());
+    }
+  }
+  PlanConfig config;
+  const BlockMask no_rows(3, 0, 10);
+  EXPECT_TRUE(run_gpu(no_rows, config, Form::kDense).permutations.empty());
+}
+
+TEST(GpuPlan, SkipFlagsFollowTheStatistics) {
+  WA_REQUIRE_GPU();
+  // Small masks fit in the L2 (K/V working set 60 x 64 KiB), 600 KV blocks (39 MB) do not and their waves do
+  // not either; compare every head's reason with decide_by_statistics.
+  const BlockMask small = test_support::bernoulli_mask(2, 80, 60, 0.3, 4);
+  const BlockMask large = test_support::bernoulli_mask(2, 600, 600, 0.3, 5);
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const BlockMask video = video_mask(shape, 3, {128, 128}, {}, 9);
+  for (const BlockMask* mask : {&small, &large, &video}) {
+    PlanConfig config;
+    config.skip = SkipPolicy::kAuto;
+    config.skip_model.kv_block = 128;
+    const GpuResult result = run_gpu(*mask, config, Form::kCsr);
+    const GpuModel gpu = gpu_model(config.gpu);
+    for (int h = 0; h < mask->heads(); ++h) {
+      const MaskStats stats = mask_stats(*mask, h, gpu, config.skip_model);
+      const bool skipped = decide_by_statistics(stats, config.skip_model).skipped;
+      EXPECT_EQ(result.skip[h] != uint8_t(GpuSkipReason::kNone), skipped) << "head " << h;
+      if (skipped)
+        for (int p = 0; p < mask->q_blocks(); ++p) EXPECT_EQ(result.permutations[size_t(h) * mask->q_blocks() + p], p);
+    }
+  }
+  EXPECT_EQ(run_gpu(small, PlanConfig{}, Form::kDense).skip, std::vector<uint8_t>(2, 0));
+  PlanConfig always;
+  always.skip = SkipPolicy::kAlways;
+  const GpuResult result = run_gpu(small, always, Form::kDense);
+  EXPECT_EQ(result.skip, std::vector<uint8_t>(2, uint8_t(GpuSkipReason::kPolicy)));
+  EXPECT_EQ(result.permutations, make_plan(small, always).permutations());
+}
+
+TEST(GpuPlan, GraphCaptureAndCache) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = test_support::bernoulli_mask(3, 150, 120, 0.3, 8);
+  PlanConfig config;
+  config.wave_size = 32;
+  GpuPlanner planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config);
+  cudaStream_t stream = nullptr;
+  WA_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t bytes = planner.workspace_bytes();
+  DeviceArray<uint8_t> workspace(bytes);
+  planner.prepare(workspace.get(), bytes, stream);
+  DeviceMaskCopy device_mask(mask, Form::kCsr);
+  GpuOutputs direct(mask.heads(), mask.q_blocks()), captured(mask.heads(), mask.q_blocks());
+  WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+
+  EXPECT_TRUE(planner.plan(device_mask.view, direct.view(HeadOrder::kSequential), workspace.get(), stream));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  WA_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  EXPECT_TRUE(planner.plan(device_mask.view, captured.view(HeadOrder::kSequential), workspace.get(), stream));
+  WA_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+  WA_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) WA_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  const GpuResult a = direct.download(), b = captured.download();
+  EXPECT_EQ(a.permutations, b.permutations);
+  EXPECT_EQ(a.inverses, b.inverses);
+  EXPECT_EQ(a.schedule, b.schedule);
+  EXPECT_EQ(a.permutations, make_plan(mask, config).permutations());
+
+  // Cache: the same key and outputs enqueue nothing; another key, or a forgotten one, plans again.
+  const GpuPlanOutputs outputs = direct.view(HeadOrder::kSequential);
+  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  EXPECT_FALSE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 43));
+  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  planner.forget(42);
+  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  planner.clear_cache();
+  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  EXPECT_EQ(direct.download().permutations, a.permutations);
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// ---- host-side argument checks: no device needed -------------------------------------------------------
+
+TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
+  PlanConfig config;
+  expect_invalid([&] { GpuPlanner(-1, 10, 10, config); }, "heads");
+  expect_invalid([&] { GpuPlanner(1, -1, 10, config); }, "q_blocks");
+  expect_invalid([&] { GpuPlanner(1, 10, -2, config); }, "kv_blocks");
+  expect_invalid([&] { GpuPlanner(1, 10, 1 << 30, config); }, "kv_blocks");
+  expect_invalid([&] { GpuPlanner(40000, 60000, 10, config); }, "q_blocks");
+  PlanConfig bad = config;
+  bad.iterations = 0;
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "iterations");
+  bad = config;
+  bad.wave_size = -1;
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "wave_size");
+  bad = config;
+  bad.skip_model.head_dim = 0;
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "skip_model");
+  bad = config;
+  bad.skip_model.plan_reuse = 0;
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "plan_reuse");
+  bad = config;
+  bad.skip_model.predict_waves = 0;
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "predict_waves");
+  expect_invalid([&] { GpuPlanner(1, 10, 10, config, GpuSkipProfile{"H200", "{}"}); }, "profile");
+}
+
+TEST(GpuPlanArguments, PlanNamesTheArgument) {
+  PlanConfig config;
+  config.order = Order::kS2;  // no Stage 1: the workspace size needs no device either
+  GpuPlanner planner(2, 10, 20, config);
+  EXPECT_GT(planner.workspace_bytes(), size_t(0));
+  EXPECT_EQ(planner.wave_size(), gpu_model(config.gpu).slots());
+  // Never dereferenced: every call below throws before anything is enqueued.
+  auto* fake = reinterpret_cast<void*>(uintptr_t(4096));
+  const auto* dense = static_cast<const uint8_t*>(fake);
+  const auto* row_ptr = static_cast<const int64_t*>(fake);
+  const auto* col_idx = static_cast<const int32_t*>(fake);
+  GpuPlanOutputs outputs;
+  outputs.permutations = static_cast<int32_t*>(fake);
+  const DeviceMask good{2, 10, 20, dense, nullptr, nullptr};
+
+  expect_invalid([&] { planner.plan({2, 11, 20, dense, nullptr, nullptr}, outputs, fake, nullptr); }, "mask");
+  expect_invalid([&] { planner.plan({2, 10, 20, dense, row_ptr, col_idx}, outputs, fake, nullptr); }, "mask");
+  expect_invalid([&] { planner.plan({2, 10, 20, nullptr, nullptr, nullptr}, outputs, fake, nullptr); }, "mask");
+  expect_invalid([&] { planner.plan({2, 10, 20, nullptr, row_ptr, nullptr}, outputs, fake, nullptr); }, "col_idx");
+  expect_invalid([&] { planner.plan({2, 10, 20, nullptr, nullptr, col_idx}, outputs, fake, nullptr); }, "row_ptr");
+  expect_invalid([&] { planner.plan(good, GpuPlanOutputs{}, fake, nullptr); }, "permutations");
+  expect_invalid([&] { planner.plan(good, outputs, nullptr, nullptr); }, "workspace");
+  expect_invalid([&] { planner.plan(good, outputs, fake, nullptr); }, "workspace");  // prepare() not called
+  expect_invalid([&] { planner.prepare(nullptr, 1 << 20, nullptr); }, "workspace");
+  expect_invalid([&] { planner.prepare(fake, 1, nullptr); }, "workspace");
+}
+
+}  // namespace
+}  // namespace wavealign::cuda
