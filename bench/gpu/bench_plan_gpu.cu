@@ -1,9 +1,13 @@
 // Device time of the GPU plan for a full video-DiT layer (default: Wan2.1-14B at 720p, 401 frames: 40 heads x
 // 2,841 query blocks, video mask at density 0.28), with the stage breakdown from CUDA events and each stage's
 // effective bandwidth (bytes of a single pass over its inputs and outputs / time). One JSON line per input
-// form. Goal: the whole layer in <= 3 ms.
+// form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms.
+//
+// --stage1 picks Stage 1's product kernel (broadcast: the default; gather: the first design; both: one line
+// per kernel and input form, for comparing them in one run).
 //
 //   wa_bench_plan_gpu [--heads N] [--frames F] [--repeats R] [--order NAME] [--input dense|csr|both]
+//                     [--stage1 broadcast|gather|both]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wavealign/gpu_plan.h"
@@ -37,6 +42,7 @@ struct Options {
   int repeats = 20;
   Order order = Order::kWaveAlign;
   std::string input = "both";
+  std::string stage1 = "both";
 };
 
 Options parse(int argc, char** argv) {
@@ -48,6 +54,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--repeats") options.repeats = std::max(1, std::stoi(value));
     else if (flag == "--order") options.order = from_string<Order>(value);
     else if (flag == "--input") options.input = value;
+    else if (flag == "--stage1") options.stage1 = value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -119,8 +126,19 @@ int main(int argc, char** argv) {
   const double bits_t_bytes = double(heads) * cols * col_words * 8;
   const bool stage1 = config.order == Order::kS1 || config.order == Order::kWaveAlign;
 
-  for (const std::string form : {"dense", "csr"}) {
-    if (options.input != "both" && options.input != form) continue;
+  if (options.stage1 != "both" && options.stage1 != "broadcast" && options.stage1 != "gather") {
+    std::fprintf(stderr, "--stage1 must be broadcast, gather or both\n");
+    return 2;
+  }
+  std::vector<std::pair<std::string, std::string>> runs;  // (Stage 1 product kernel, input form)
+  for (const char* stage1_path : {"broadcast", "gather"})
+    for (const char* form : {"dense", "csr"})
+      if ((options.stage1 == "both" || options.stage1 == stage1_path) &&
+          (options.input == "both" || options.input == form))
+        runs.emplace_back(stage1_path, form);
+  for (const auto& [stage1_path, form] : runs) {
+    // Read by every plan() call (src/cuda/plan/plan_kernels.h), the graph below is captured with this kernel.
+    setenv("WA_PLAN_STAGE1_PRODUCTS", stage1_path.c_str(), 1);
     cuda::DeviceMask device_mask{heads, rows, cols};
     uint8_t* dense = nullptr;
     int64_t* row_ptr = nullptr;
@@ -195,12 +213,13 @@ int main(int argc, char** argv) {
 
     std::printf(
         "{\"device\": \"%s\", \"heads\": %d, \"rows\": %d, \"kv_blocks\": %d, \"density\": %.4f, \"input\": \"%s\", "
-        "\"order\": \"%s\", \"iterations\": %d, \"repeats\": %d, \"plan_ms\": %.4f, \"graph_plan_ms\": %.4f, "
+        "\"order\": \"%s\", \"stage1\": \"%s\", \"iterations\": %d, \"repeats\": %d, \"plan_ms\": %.4f, \"graph_plan_ms\": %.4f, "
         "\"goal_ms\": 3.0, \"cpu_plan_ms\": %.1f, \"heads_equal_to_cpu\": %d, \"workspace_mib\": %.1f, "
         "\"breakdown\": {\"bitpack_ms\": %.4f, \"stats_ms\": %.4f, \"iterations_ms\": %.4f, \"sorts_ms\": %.4f, "
         "\"schedule_ms\": %.4f}, \"bandwidth_gbps\": {\"bitpack\": %.1f, \"stats\": %.1f, \"iterations\": %.1f, "
         "\"sorts\": %.1f, \"schedule\": %.1f}}\n",
         properties.name, heads, rows, cols, density, form.c_str(), std::string(to_string(config.order)).c_str(),
+        stage1_path.c_str(),
         config.iterations, options.repeats, median(total), median(graph_ms), cpu_ms, equal_heads,
         double(workspace_bytes) / (1 << 20), median(bitpack), median(stats_ms), median(iterations), median(sorts),
         median(schedule_ms), gbps(pack_bytes, median(bitpack)), gbps(stats_bytes, median(stats_ms)),

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <string>
@@ -276,6 +277,52 @@ TEST(GpuPlan, VideoMaskBothHeadOrders) {
     PlanConfig config;
     config.order = Order::kWaveAlign;
     compare_with_cpu(mask, config, "video", head_order);
+  }
+}
+
+// Selects Stage 1's product kernel for the planners created and run in its scope ("broadcast" or "gather",
+// read by every plan() call), then restores the previous setting.
+class ProductPathScope {
+ public:
+  explicit ProductPathScope(const char* path) {
+    if (const char* previous = std::getenv(kVariable)) previous_ = previous, had_previous_ = true;
+    setenv(kVariable, path, 1);
+  }
+  ProductPathScope(const ProductPathScope&) = delete;
+  ProductPathScope& operator=(const ProductPathScope&) = delete;
+  ~ProductPathScope() {
+    if (had_previous_)
+      setenv(kVariable, previous_.c_str(), 1);
+    else
+      unsetenv(kVariable);
+  }
+
+ private:
+  static constexpr const char* kVariable = "WA_PLAN_STAGE1_PRODUCTS";
+  std::string previous_;
+  bool had_previous_ = false;
+};
+
+TEST(GpuPlan, BothProductKernelsMatchTheCpu) {
+  WA_REQUIRE_GPU();
+  // 1,500 x 1,300 spans two broadcast blocks per head (1,024 rows each) and ends in partial warps, lanes and
+  // words (1,300 = 20 x 64 + 20); 137 x 70 has a partial last word in both bit arrays; the video mask is
+  // the benchmark's kind of mask at a smaller size.
+  const BlockMask large = test_support::bernoulli_mask(2, 1500, 1300, 0.28, 17);
+  const BlockMask partial = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const BlockMask video = video_mask(shape, 4, {128, 128}, {}, 7);
+  for (const char* path : {"broadcast", "gather"}) {
+    const ProductPathScope scope(path);
+    for (Order order : {Order::kS1, Order::kWaveAlign}) {
+      PlanConfig config;
+      config.order = order;
+      config.wave_size = 32;
+      const std::string label = std::string(path) + " products, ";
+      compare_with_cpu(large, config, label + "random 2x1500x1300");
+      compare_with_cpu(partial, config, label + "random 2x137x70");
+      compare_with_cpu(video, config, label + "video");
+    }
   }
 }
 

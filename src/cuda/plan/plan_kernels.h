@@ -88,6 +88,15 @@ struct SubspaceBuffers {
   int32_t* index;  // row index within the head (the sort's values)
   int32_t* offsets;
 };
+/// How Stage 1's mask products run (subspace.cu explains both with numbers). kBroadcast: lanes own rows and
+/// add broadcast columns (dense work, no shared-memory gathers), the default. kGather: one warp per row
+/// gathers the set bits' entries (the first design, kept for comparison). Read from the environment variable
+/// kProductPathVariable ("gather" selects kGather, anything else kBroadcast) at each plan() call, so a
+/// benchmark or a test can run both in one process.
+enum class ProductPath { kBroadcast, kGather };
+constexpr const char* kProductPathVariable = "WA_PLAN_STAGE1_PRODUCTS";
+ProductPath product_path();
+
 /// Stage 1 for every head: T iterations, Rayleigh-Ritz, sign convention, angles. `shared_limit` is the
 /// largest dynamic shared memory a block may use (prepare() raised the limit to it).
 void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffers& buffers, int shared_limit,

@@ -4,12 +4,20 @@
 // Per iteration, for all heads: y = M~^T x (product over the transposed bits), z = M~ y (product over the
 // row bits), x = QR(z) (modified Gram-Schmidt, the CPU's exact sequence of steps). The centering is the
 // rank-1 correction of the CPU code: M~^T x = M^T x - c (1^T x)/m and M~ y = M y - 1 (c^T y)/m; each product
-// block computes its head's correction sum itself while it stages the input vector in shared memory.
+// block computes its head's correction sum itself while it stages the input vector in shared memory (with the
+// broadcast products that is 3 blocks per head at 2,841 rows, so the repeated sum costs little).
+//
+// Two product kernels: broadcast_product_kernel (default: dense predicated adds of broadcast columns, FP64
+// bound at ~46 us per product on the H200) and product_kernel (one warp per row gathering set bits, bound by
+// shared-memory bank conflicts at ~300 us); plan_kernels.h says how to pick one at run time.
 //
 // Reductions are deterministic (fixed trees) but not in the CPU's sequential order, so vectors agree with
 // the CPU's to rounding (relative 1e-15 per step); elementwise steps use non-contracted multiply/add so they
 // round like the CPU's.
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/attention/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
@@ -22,6 +30,10 @@ constexpr int kHeadThreads = 512;     // one block per head for QR and Rayleigh-
 constexpr int kProductWarps = 8;
 constexpr int kRowsPerWarp = 16;      // 128 rows per product block: the staged input is reused 128 times
 constexpr int kRowsPerBlock = kProductWarps * kRowsPerWarp;
+constexpr int kBroadcastWarps = 8;
+constexpr int kBroadcastRowsPerLane = 4;  // 8 double sums per lane; one broadcast load feeds 8 adds
+constexpr int kBroadcastRowsPerWarp = 32 * kBroadcastRowsPerLane;
+constexpr int kBroadcastRowsPerBlock = kBroadcastWarps * kBroadcastRowsPerWarp;  // 1,024: 3 blocks per head
 constexpr double kZeroNorm = 1e-300;  // the CPU's thresholds (orthonormalize, fix_sign)
 constexpr double kRankTolerance = 1e-12;
 constexpr double kSignTolerance = 1 + 1e-12;
@@ -124,6 +136,120 @@ __global__ void __launch_bounds__(kProductWarps * 32)
   }
 }
 
+// sum0 += v.x and sum1 += v.y when `set` is nonzero, as two predicated adds: no branch per bit, and no add of
+// a selected 0.0 (two 32-bit selects per double). Plain round-to-nearest adds, like the CPU's.
+__device__ __forceinline__ void add_if_set(uint32_t set, double2 v, double& sum0, double& sum1) {
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p add.rn.f64 %0, %0, %3;\n\t@p add.rn.f64 %1, %1, %4;\n\t}"
+      : "+d"(sum0), "+d"(sum1)
+      : "r"(set), "d"(v.x), "d"(v.y));
+}
+
+// Broadcast product (the default): the same out[r] as product_kernel, with the work turned around so that no
+// lane ever gathers. Why: product_kernel gathers each set bit's double2 from shared memory at a lane-chosen
+// address. At density 0.28 that is 90M random 16-byte loads per product (40 heads x 2.26M bits); random
+// 16-byte addresses of a quarter warp collide in about 2.5 of 8 bank groups, so a warp load costs ~10
+// shared-memory cycles instead of 4, and the warp's while-loop runs as long as its busiest lane (a 32-bit
+// half-word holds Binomial(32, 0.28) bits: mean 9, warp max ~15). That puts a product near 250-300 us on
+// 132 SMs, 22 products about 6.5 ms: the measured Stage 1 (6.85 ms).
+//
+// Here lane l owns kBroadcastRowsPerLane rows (l, l+32, l+64, l+96 of the warp's 128) and keeps their sums in
+// registers; the warp walks the columns in order, column j's double2 is read once by all lanes at the same
+// shared address (a broadcast: one shared-memory cycle, no conflicts) and every lane adds it to each of its
+// rows whose bit j is set (predicated adds, no divergent loop). The cost is dense: 2 double adds per (row,
+// column) whether the bit is set or not, 40 x 2,841^2 x 2 = 646M adds per product, which the H200's FP64 pipes
+// (64 lanes/clk/SM, 132 SMs, ~1.9 GHz) retire in ~40 us; 4 rows per lane amortize one broadcast load over 8
+// adds so the load pipe stays under the FP64 pipe. Grid: 1,024 rows per block, 3 blocks per head at 2,841
+// rows, 120 blocks (one per SM, 2 warps per scheduler): ~46 us per product with the last block's idle lanes,
+// about 1 ms for the 22 products. A warp skips a 64-column word that is zero in all 128 of its rows (a warp
+// vote), which local masks (adjacent rows share columns) turn into a further gain.
+//
+// Each lane sums its row in column order (the CPU sums in its own order; both round to ~1e-16 relative), and
+// the centering sum is computed by each block with the same loop and tree as product_kernel, so it is
+// deterministic and the same in both paths. The input is staged zero-padded to whole 64-column words so that
+// the unrolled word loop never reads past it; padding bits of the mask are zero (bitpack.cu).
+__global__ void __launch_bounds__(kBroadcastWarps * 32)
+    broadcast_product_kernel(const uint64_t* __restrict__ bits, int rows, int row_words,
+                             const double2* __restrict__ in, int in_count, const double* __restrict__ weights,
+                             const double* __restrict__ coef, double inv_m, double2* __restrict__ out) {
+  extern __shared__ double2 staged[];  // row_words * 64 entries
+  __shared__ double scratch[2 * 32];
+  const int64_t head = blockIdx.y;
+  const double2* head_in = in + head * in_count;
+  const double* head_weights = weights ? weights + head * in_count : nullptr;
+
+  const int padded = row_words * 64;
+  double shift[2] = {0, 0};
+#pragma unroll 4
+  for (int k = threadIdx.x; k < padded; k += blockDim.x) {
+    double2 v = make_double2(0.0, 0.0);
+    if (k < in_count) {
+      v = head_in[k];
+      const double w = head_weights ? head_weights[k] : 1.0;
+      shift[0] += w * v.x;
+      shift[1] += w * v.y;
+    }
+    staged[k] = v;
+  }
+  block_sum(shift, scratch);  // ends with a barrier: `staged` is complete; no barrier follows
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int first = blockIdx.x * kBroadcastRowsPerBlock + warp * kBroadcastRowsPerWarp;
+  if (first >= rows) return;  // warp-uniform: the votes below see full warps
+  const uint64_t* row_bits[kBroadcastRowsPerLane];
+  bool valid[kBroadcastRowsPerLane];
+#pragma unroll
+  for (int i = 0; i < kBroadcastRowsPerLane; ++i) {
+    const int row = first + i * 32 + lane;
+    valid[i] = row < rows;
+    row_bits[i] = bits + (head * rows + (valid[i] ? row : first)) * row_words;
+  }
+  auto load_words = [&](int w, uint64_t(&words)[kBroadcastRowsPerLane]) {
+#pragma unroll
+    for (int i = 0; i < kBroadcastRowsPerLane; ++i) words[i] = valid[i] && w < row_words ? row_bits[i][w] : 0ull;
+  };
+
+  double sum0[kBroadcastRowsPerLane], sum1[kBroadcastRowsPerLane];
+#pragma unroll
+  for (int i = 0; i < kBroadcastRowsPerLane; ++i) sum0[i] = sum1[i] = 0.0;
+  uint64_t words[kBroadcastRowsPerLane];
+  load_words(0, words);
+  for (int w = 0; w < row_words; ++w) {
+    // The next words load while this one's 512 adds run: each lane reads a different row (a 360-byte stride
+    // at 2,841 columns), so the load goes to L1/L2 and needs that much latency cover with 2 warps per scheduler.
+    uint64_t next[kBroadcastRowsPerLane];
+    load_words(w + 1, next);
+    uint64_t any = 0;
+#pragma unroll
+    for (int i = 0; i < kBroadcastRowsPerLane; ++i) any |= words[i];
+    if (__any_sync(kFullWarp, any != 0)) {
+      const double2* column = staged + w * 64;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t part[kBroadcastRowsPerLane];
+#pragma unroll
+        for (int i = 0; i < kBroadcastRowsPerLane; ++i) part[i] = uint32_t(words[i] >> (32 * half));
+#pragma unroll
+        for (int b = 0; b < 32; ++b) {
+          const double2 v = column[32 * half + b];
+#pragma unroll
+          for (int i = 0; i < kBroadcastRowsPerLane; ++i)
+            add_if_set(part[i] & (1u << b), v, sum0[i], sum1[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBroadcastRowsPerLane; ++i) words[i] = next[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kBroadcastRowsPerLane; ++i) {
+    if (!valid[i]) continue;
+    const int64_t at = head * rows + first + i * 32 + lane;
+    const double c = coef ? coef[at] : 1.0;
+    out[at] = make_double2(__dsub_rn(sum0[i], __dmul_rn(__dmul_rn(c, shift[0]), inv_m)),
+                           __dsub_rn(sum1[i], __dmul_rn(__dmul_rn(c, shift[1]), inv_m)));
+  }
+}
+
 // Rayleigh-Ritz and the polar-angle keys (Algorithm 1 lines 11-14, then polar_order's angles), one block per
 // head: B = X^T Z with Z = M~ M~^T X, rotate X onto B's eigenvectors, fix the signs (largest |entry| positive,
 // first index within a relative 1e-12, scanned in row order as the CPU does), angle = atan2(u2, u1).
@@ -179,12 +305,25 @@ __global__ void __launch_bounds__(kHeadThreads)
   }
 }
 
-void product(bool shared, const uint64_t* bits, int heads, int rows, int row_words, const double2* in, int in_count,
-             const double* weights, const double* coef, double inv_m, double2* out, cudaStream_t stream) {
+// Bytes of the broadcast kernel's staged input: whole 64-column words of double2.
+size_t broadcast_shared_bytes(int row_words) { return size_t(row_words) * 64 * sizeof(double2); }
+
+// One centered product over `bits` (rows of row_words words). The broadcast kernel needs the zero-padded
+// input in shared memory; inputs larger than the limit (more than ~14,000 entries) take the gather kernel.
+void product(ProductPath path, int shared_limit, const uint64_t* bits, int heads, int rows, int row_words,
+             const double2* in, int in_count, const double* weights, const double* coef, double inv_m, double2* out,
+             cudaStream_t stream) {
   if (heads == 0 || rows == 0) return;
+  if (path == ProductPath::kBroadcast && broadcast_shared_bytes(row_words) <= size_t(shared_limit)) {
+    const dim3 grid(blocks_for_items(rows, kBroadcastRowsPerBlock), unsigned(heads));
+    broadcast_product_kernel<<<grid, kBroadcastWarps * 32, broadcast_shared_bytes(row_words), stream>>>(
+        bits, rows, row_words, in, in_count, weights, coef, inv_m, out);
+    WA_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const dim3 grid(blocks_for_items(rows, kRowsPerBlock), unsigned(heads));
   const auto* half_words = reinterpret_cast<const uint32_t*>(bits);
-  if (shared)
+  if (size_t(in_count) * sizeof(double2) <= size_t(shared_limit))
     product_kernel<true><<<grid, kProductWarps * 32, size_t(in_count) * sizeof(double2), stream>>>(
         half_words, rows, 2 * row_words, in, in_count, weights, coef, inv_m, out);
   else
@@ -197,6 +336,13 @@ void product(bool shared, const uint64_t* bits, int heads, int rows, int row_wor
 
 void set_subspace_shared_limit(int bytes) {
   WA_CUDA_CHECK(cudaFuncSetAttribute(product_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  WA_CUDA_CHECK(
+      cudaFuncSetAttribute(broadcast_product_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+ProductPath product_path() {
+  const char* value = std::getenv(kProductPathVariable);
+  return value != nullptr && std::strcmp(value, "gather") == 0 ? ProductPath::kGather : ProductPath::kBroadcast;
 }
 
 void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffers& buffers, int shared_limit,
@@ -204,14 +350,13 @@ void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffe
   if (shape.rows() == 0) return;
   const int heads = shape.heads, rows = shape.q_blocks, cols = shape.kv_blocks;
   const double inv_m = 1.0 / rows;
-  const bool rows_fit = size_t(rows) * sizeof(double2) <= size_t(shared_limit);
-  const bool cols_fit = size_t(cols) * sizeof(double2) <= size_t(shared_limit);
+  const ProductPath path = product_path();
   // y = M~^T x over the transposed bits (NB rows of col_words words); z = M~ y over the row bits.
   auto centered_products = [&] {
-    product(rows_fit, buffers.bits_t, heads, cols, shape.col_words, buffers.x, rows, nullptr, buffers.col_count,
-            inv_m, buffers.y, stream);
-    product(cols_fit, buffers.bits, heads, rows, shape.row_words, buffers.y, cols, buffers.col_count, nullptr,
-            inv_m, buffers.z, stream);
+    product(path, shared_limit, buffers.bits_t, heads, cols, shape.col_words, buffers.x, rows, nullptr,
+            buffers.col_count, inv_m, buffers.y, stream);
+    product(path, shared_limit, buffers.bits, heads, rows, shape.row_words, buffers.y, cols, buffers.col_count,
+            nullptr, inv_m, buffers.z, stream);
   };
   orthonormalize_kernel<<<unsigned(heads), kHeadThreads, 0, stream>>>(buffers.start, rows, buffers.x);
   WA_CUDA_CHECK(cudaGetLastError());
