@@ -35,6 +35,8 @@ def plan(mask):
     ({"threads": -2}, "threads"),
     ({"head_dim": 0}, "head_dim"),
     ({"plan_reuse": 0}, "plan_reuse"),
+    ({"planner": "tpu"}, "planner"),
+    ({"planner": "gpu"}, "planner"),  # the GPU plan needs a mask on a CUDA device
 ])
 def test_plan_options(mask, kwargs, argument):
     with named(argument):

@@ -1,7 +1,9 @@
-"""GPU tests: the fused kernel against SDPA, FlexAttention in plan order, torch.compile on CUDA.
+"""GPU tests: the GPU plan against the CPU plan, the fused kernel against SDPA, FlexAttention in plan order,
+CUDA-graph capture of the plan, torch.compile on CUDA.
 
 Tolerances (bf16/fp16 inputs, outputs compared with an fp32 SDPA on the same inputs): atol 2e-2 and rtol 2e-2
-on O, 2e-2 on LSE; FlexAttention in plan order against FlexAttention in the original order: atol 2e-2.
+on O, 2e-2 on LSE; FlexAttention in plan order against FlexAttention in the original order: atol 2e-2. The GPU
+plan is compared with the CPU plan for equality (permutations, statistics, decisions, kernel output bit for bit).
 """
 
 import numpy as np
@@ -12,10 +14,15 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import wavealign  # noqa: E402
-from wa_testing import expand_mask, random_mask  # noqa: E402
+from wa_testing import csr_of, expand_mask, flex_of, random_mask  # noqa: E402
 
 needs_kernel = pytest.mark.skipif(not wavealign.has_cuda, reason="wavealign was built without its CUDA kernels")
+needs_gpu_plan = pytest.mark.skipif(not wavealign._core.has_gpu_plan,
+                                    reason="wavealign was built without its CUDA code (no GPU plan)")
 ATOL = 2e-2
+ORDERS = ["wavealign", "s1", "s2", "original", "shuffled"]
+STATISTICS = ["nnz", "density", "adjacent_jaccard", "kv_working_set_bytes", "wave_working_set_bytes",
+              "usable_l2_bytes"]
 
 
 @pytest.fixture
@@ -87,13 +94,170 @@ def test_plan_order_does_not_change_the_kernel_output(rng):
     assert torch.equal(o1, o2) and torch.equal(lse1, lse2)
 
 
-def test_cuda_masks_are_planned_on_the_host_and_returned_on_the_device(rng):
+@pytest.mark.parametrize("planner", ["cpu", "auto"])
+def test_cuda_masks_give_plans_on_the_device(rng, planner):
     mask = random_mask(rng, 2, 16, 16)
-    plan = wavealign.plan(torch.from_numpy(mask).cuda(), wave_size=4, skip="never")
+    plan = wavealign.plan(torch.from_numpy(mask).cuda(), wave_size=4, skip="never", planner=planner)
+    expected_planner = "gpu" if planner == "auto" and wavealign._core.has_gpu_plan else "cpu"
+    assert plan.planner == expected_planner
     assert plan.permutation.device.type == "cuda" and plan.schedule().device.type == "cuda"
     assert np.array_equal(plan.permutation.cpu().numpy(), wavealign.plan(mask, wave_size=4, skip="never").permutation)
     x = torch.randn(2, 16 * 128, 8, device="cuda")
     assert torch.equal(plan.unpermute_rows(plan.permute_rows(x)), x)
+
+
+def structured_mask(rng, heads, q_blocks, kv_blocks):
+    """Band around the diagonal, a few global columns and sparse random blocks: the shape of video masks."""
+    rows = np.arange(q_blocks)[:, None] * kv_blocks // q_blocks
+    columns = np.arange(kv_blocks)[None, :]
+    mask = np.zeros((heads, q_blocks, kv_blocks), bool)
+    for h in range(heads):
+        width = 2 + 3 * h
+        mask[h] = (np.abs(rows - columns) <= width) | (columns < 2) | (rng.random((q_blocks, kv_blocks)) < 0.05)
+    return mask
+
+
+def cuda_csr(mask):
+    row_ptr, col_idx = csr_of(mask)
+    return torch.from_numpy(row_ptr).cuda(), torch.from_numpy(col_idx).cuda()
+
+
+@needs_gpu_plan
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("kind", ["random", "structured"])
+def test_gpu_plan_equals_the_cpu_plan(rng, order, kind):
+    heads, q_blocks, kv_blocks = 3, 200, 160
+    if kind == "random":
+        mask = random_mask(rng, heads, q_blocks, kv_blocks, density=0.25)
+    else:
+        mask = structured_mask(rng, heads, q_blocks, kv_blocks)
+    options = dict(order=order, wave_size=24, iterations=7, seed=3, skip="never")
+    expected = wavealign.plan(mask, **options)
+    plan = wavealign.plan(torch.from_numpy(mask).cuda(), **options)
+    assert plan.planner == "gpu" and plan.permutation.dtype == torch.int32
+    assert np.array_equal(plan.permutation.cpu().numpy(), expected.permutation)
+    assert np.array_equal(plan.inverse.cpu().numpy(), expected.inverse)
+    for head_order in ("sequential", "concurrent-heads"):
+        assert np.array_equal(plan.schedule(head_order).cpu().numpy(), expected.schedule(head_order))
+    from_csr = wavealign.plan(cuda_csr(mask), heads=heads, kv_blocks=kv_blocks, **options)
+    assert from_csr.planner == "gpu"
+    assert torch.equal(from_csr.permutation, plan.permutation)
+
+
+@needs_gpu_plan
+def test_dense_csr_and_flex_inputs_on_cuda_give_the_same_gpu_plan(rng):
+    from torch.nn.attention.flex_attention import BlockMask
+
+    heads, q_blocks, block = 2, 24, 128
+    mask = random_mask(rng, heads, q_blocks, q_blocks, density=0.3)
+    options = dict(wave_size=8, skip="never")
+    expected = wavealign.plan(mask, **options)
+    dense = wavealign.plan(torch.from_numpy(mask).cuda(), **options)
+    uint8 = wavealign.plan(torch.from_numpy(mask.astype(np.uint8) * 3).cuda(), **options)
+    two_d = wavealign.plan(torch.from_numpy(mask[0]).cuda(), **options)
+    csr = wavealign.plan(cuda_csr(mask), heads=heads, kv_blocks=q_blocks, **options)
+    counts, indices = flex_of(mask)
+    flex_mask = BlockMask.from_kv_blocks(torch.from_numpy(counts).cuda(), torch.from_numpy(indices).cuda(),
+                                         BLOCK_SIZE=block)
+    flex = wavealign.plan(flex_mask, **options)
+    for plan in (dense, uint8, csr, flex):
+        assert plan.planner == "gpu" and plan.permutation.device.type == "cuda"
+        assert np.array_equal(plan.permutation.cpu().numpy(), expected.permutation)
+        row_ptr, col_idx = plan.csr()
+        assert np.array_equal(row_ptr.cpu().numpy(), expected.csr()[0])
+        assert np.array_equal(col_idx.cpu().numpy(), expected.csr()[1])
+    assert np.array_equal(two_d.permutation.cpu().numpy(), wavealign.plan(mask[0], **options).permutation)
+
+    permuted = dense.permuted_mask()
+    assert permuted.dtype == torch.bool and permuted.device.type == "cuda"
+    assert np.array_equal(permuted.cpu().numpy(), expected.permuted_mask())
+    assert uint8.permuted_mask().dtype == torch.uint8
+    assert two_d.permuted_mask().shape == (q_blocks, q_blocks)
+    csr_row_ptr, csr_col_idx = csr.permuted_mask()
+    expected_row_ptr, expected_col_idx = csr_of(expected.permuted_mask())
+    assert np.array_equal(csr_row_ptr.cpu().numpy(), expected_row_ptr)
+    assert np.array_equal(csr_col_idx.cpu().numpy(), expected_col_idx)
+    flex_permuted = wavealign.flex.block_mask(flex, q_blocks * block)
+    assert torch.equal(flex_permuted.kv_num_blocks.cpu(), torch.from_numpy(flex_of(expected.permuted_mask())[0]))
+
+
+@needs_gpu_plan
+def test_gpu_skip_decisions_equal_the_cpu_statistics_decisions(rng):
+    # 512 KiB of K/V per block (head_dim 1024) against 30 MiB of usable L2 on the H200 preset: head 0's 20
+    # columns fit, head 1 is below the minimum density, head 2 repeats one row (adjacent Jaccard 1), head 3
+    # is random at density 0.3 and passes every statistics test.
+    q_blocks, kv_blocks = 256, 256
+    mask = np.zeros((4, q_blocks, kv_blocks), bool)
+    mask[0, :, :20] = True
+    mask[1, np.arange(q_blocks)[:, None], rng.integers(0, kv_blocks, (q_blocks, 2))] = True
+    mask[2, :, rng.permutation(kv_blocks)[:128]] = True
+    mask[3] = rng.random((q_blocks, kv_blocks)) < 0.3
+    options = dict(wave_size=32, head_dim=1024, gpu="h200")
+    cpu = wavealign.plan(mask, skip="auto", **options)
+    never = wavealign.plan(mask, skip="never", **options)
+    gpu = wavealign.plan(torch.from_numpy(mask).cuda(), skip="auto", **options)
+    assert gpu.planner == "gpu" and "skipped=" not in repr(gpu)
+    for name in STATISTICS:
+        assert gpu.stats[name] == cpu.stats[name], name
+    assert np.isnan(gpu.stats["total_plan_ms"]) and gpu.stats["order"] == cpu.stats["order"]
+    assert gpu.skipped == [True, True, True, False]
+    assert gpu.stats["skipped_heads"] == 3
+    for h in range(3):  # decided by the statistics on both sides: the same reason, the identity
+        assert cpu.skipped[h] and gpu.reason[h] == cpu.reason[h]
+        assert np.array_equal(gpu.permutation[h].cpu().numpy(), np.arange(q_blocks))
+    assert "reordering can pay" in gpu.reason[3] and "statistics only" in gpu.reason[3]
+    assert np.array_equal(gpu.permutation[3].cpu().numpy(), never.permutation[3])
+
+    for skip in ("never", "always"):
+        expected = wavealign.plan(mask, skip=skip, **options)
+        plan = wavealign.plan(torch.from_numpy(mask).cuda(), skip=skip, **options)
+        assert plan.skipped == expected.skipped and plan.reason == expected.reason
+        assert np.array_equal(plan.permutation.cpu().numpy(), expected.permutation)
+
+
+@needs_gpu_plan
+@needs_kernel
+@pytest.mark.parametrize("head_order", ["sequential", "concurrent-heads"])
+def test_fused_kernel_with_a_gpu_plan_equals_the_cpu_plan_bit_for_bit(rng, head_order):
+    batch, heads, length, dim, block = 2, 2, 1000, 128, 128
+    q_blocks = -(-length // block)
+    for mask_heads in (heads, batch * heads):
+        mask = torch.from_numpy(random_mask(rng, mask_heads, q_blocks, q_blocks, density=0.4)).cuda()
+        gpu_plan = wavealign.plan(mask, wave_size=4, skip="never")
+        cpu_plan = wavealign.plan(mask, wave_size=4, skip="never", planner="cpu")
+        assert gpu_plan.planner == "gpu" and cpu_plan.planner == "cpu"
+        q, k, v = (torch.randn(batch, heads, length, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        o_gpu, lse_gpu = wavealign.sparse_attention(q, k, v, gpu_plan, return_lse=True, head_order=head_order)
+        o_cpu, lse_cpu = wavealign.sparse_attention(q, k, v, cpu_plan, return_lse=True, head_order=head_order)
+        assert torch.equal(o_gpu, o_cpu) and torch.equal(lse_gpu, lse_cpu)
+        assert torch.equal(gpu_plan.permute_rows(q), cpu_plan.permute_rows(q))
+        o_permuted = gpu_plan.permute_rows(q)
+        assert torch.equal(gpu_plan.unpermute_rows(o_permuted, seq_len=length), q)
+
+
+@needs_gpu_plan
+def test_cuda_graph_capture_of_the_plan_replays_on_new_masks(rng):
+    heads, q_blocks = 2, 96
+    options = dict(wave_size=16, skip="never")
+    static = torch.from_numpy(random_mask(rng, heads, q_blocks, q_blocks)).cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        wavealign.plan(static, **options)  # warm-up: creates and prepares the planner of this shape (one sync)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = wavealign.plan(static, **options)
+    for _ in range(2):
+        mask = random_mask(rng, heads, q_blocks, q_blocks, density=0.35)
+        static.copy_(torch.from_numpy(mask))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = wavealign.plan(mask, **options)
+        assert np.array_equal(captured.permutation.cpu().numpy(), expected.permutation)
+        assert np.array_equal(captured.inverse.cpu().numpy(), expected.inverse)
+    assert captured.skipped == [False] * heads
+
 
 
 def test_flex_attention_in_plan_order_equals_the_original_order(rng):
@@ -130,7 +294,11 @@ def test_compile_fullgraph_on_cuda(rng):
     q, k, v = (torch.randn(1, 2, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     block = Block(plan)
     compiled = torch.compile(block, fullgraph=True)
-    traced = compiled(q, k, v)  # first: a plan of a torch mask needs no eager warm-up call
+    if plan.planner == "gpu":
+        # A GPU-built plan derives the kernel's CSR of the mask on first use (a data-dependent size), so one
+        # eager call comes first; a CPU-built plan of a torch mask needs none.
+        block(q, k, v)
+    traced = compiled(q, k, v)
     torch.testing.assert_close(traced, block(q, k, v), atol=ATOL, rtol=ATOL)
 
 

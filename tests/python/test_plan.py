@@ -182,3 +182,31 @@ def test_plan_attributes_read_without_torch(rng):
     assert "wavealign.Plan" in repr(plan)
     assert isinstance(plan.reason[0], str) and isinstance(plan.skipped[0], bool)
     assert wavealign.__version__ and isinstance(wavealign.has_cuda, bool)
+
+
+@pytest.mark.skipif(not wavealign._core.has_gpu_plan, reason="wavealign was built without its CUDA code")
+def test_gpu_plan_decisions_read_back_like_the_cpu_plan(rng):
+    # The GPU plan's statistics and skip flags are decoded on the host; fed the CPU plan's statistics and
+    # the matching flags, the decoder gives the CPU plan's values and reasons (no device needed).
+    mask = np.zeros((3, 64, 64), bool)
+    mask[0, :, :4] = True                                    # working set fits in L2
+    mask[1] = rng.random((64, 64)) < 0.3                     # passes every statistics test
+    mask[2, np.arange(64), np.arange(64)] = True             # density below the minimum
+    options = dict(wave_size=16, head_dim=4096, gpu="h200")
+    cpu = wavealign.plan(mask, skip="auto", **options)
+    layout = np.dtype([("nnz", "<i8"), ("density", "<f8"), ("kv_working_set_bytes", "<i8"),
+                       ("usable_l2_bytes", "<i8"), ("adjacent_jaccard", "<f8"), ("wave_working_set_bytes", "<i8")])
+    assert layout.itemsize == wavealign._core.gpu_plan_stats_bytes
+    stats = np.zeros(3, layout)
+    for name in layout.names:
+        stats[name] = cpu.stats[name]
+    planner = wavealign._core.GpuPlanner(3, 64, 64, "wavealign", "h200", 16, 10, 0, "auto", 4096, 2, 128, 1.0)
+    flags = np.array([2, 0, 3], np.uint8)  # working set fits, none, low density (GpuSkipReason)
+    skipped, reasons, decoded = planner.decode(stats.view(np.uint8), flags)
+    assert skipped == [True, False, True] and decoded["skipped_heads"] == 2
+    assert cpu.skipped[0] and cpu.skipped[2]
+    assert reasons[0] == cpu.reason[0] and reasons[2] == cpu.reason[2]
+    assert "reordering can pay" in reasons[1] and "statistics only" in reasons[1]
+    for name in layout.names:
+        assert decoded[name] == cpu.stats[name]
+    assert np.isnan(decoded["total_plan_ms"]) and decoded["wave_size"] == 16 and decoded["order"] == "wavealign"

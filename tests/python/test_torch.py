@@ -152,3 +152,29 @@ def test_expanded_mask_oracle_matches_sdpa_on_cpu(rng):
     token_mask = torch.from_numpy(expand_mask(mask, 32, 8, 8))[None]
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=token_mask)
     assert torch.allclose(wavealign.sparse_attention(q, k, v, plan), expected, atol=1e-5)
+
+
+def test_device_side_helpers_of_the_gpu_plan_match_the_host_ones(rng):
+    # The GPU plan's schedules and mask rebuilds are plain torch ops: checked here on CPU tensors against the
+    # host layouts they replace (the GPU plan itself runs in test_gpu.py).
+    from wavealign import _gpu_plan, _plan
+
+    batch, heads, q_blocks = 2, 3, 10
+    mask = random_mask(rng, batch * heads, q_blocks, 12)
+    for mask_heads in (heads, batch * heads):
+        plan = wavealign.plan(mask[:mask_heads], wave_size=4, skip="never")
+        for head_order in ("sequential", "concurrent-heads"):
+            device = _plan._device_batch_schedule(torch, torch.from_numpy(plan.permutation), batch, heads,
+                                                  head_order)
+            assert np.array_equal(device.numpy(), plan._batch_schedule_host(batch, heads, head_order))
+
+    row_ptr, col_idx = csr_of(mask)
+    dense = _gpu_plan.dense_from_csr(torch, torch.from_numpy(row_ptr), torch.from_numpy(col_idx), batch * heads, 12)
+    assert np.array_equal(dense.numpy(), mask)
+    rows = _plan._csr_of_rows(torch, torch.from_numpy(mask).view(-1, 12))
+    assert np.array_equal(rows[0].numpy(), row_ptr) and np.array_equal(rows[1].numpy(), col_idx)
+    counts = torch.from_numpy(mask.sum(-1).astype(np.int32))
+    indices = torch.from_numpy(np.argsort(~mask, axis=-1, kind="stable").astype(np.int32))
+    first = torch.from_numpy(np.minimum(mask.sum(-1), 1).astype(np.int32))  # a "full" pair: each row's first block
+    pairs = [(counts, indices), (first, indices)]  # entries past a row's count are unkept columns: ignored
+    assert np.array_equal(_gpu_plan.dense_from_flex(torch, pairs, 12).numpy(), mask)

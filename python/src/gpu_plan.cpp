@@ -1,0 +1,207 @@
+// The GPU planner (wavealign::cuda::GpuPlanner) on raw device addresses. The Python side allocates the
+// workspace and the outputs through torch and passes their addresses and the caller's stream, so plan() costs
+// no allocation and no host synchronization. The per-head statistics and skip flags come back to the host only
+// when the caller reads them (decode()). Without the CUDA library only `has_gpu_plan = False` is bound.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "wavealign/error.h"
+
+#if defined(WAVEALIGN_HAS_CUDA)
+#include "wavealign/enums.h"
+#include "wavealign/gpu_plan.h"
+#include "wavealign/plan.h"
+#include "wavealign/skip.h"
+#endif
+
+namespace wavealign::python {
+
+namespace nb = nanobind;
+
+#if defined(WAVEALIGN_HAS_CUDA)
+
+namespace {
+
+template <class T>
+T* pointer(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+// The host copy of a device buffer (numpy uint8, C-contiguous) as `count` values of T.
+template <class T>
+std::vector<T> values_of(const AnyArray& bytes, size_t count, const char* argument) {
+  require_cpu(bytes, argument);
+  require_type(bytes, argument, {ScalarType::kUint8, ScalarType::kBool});
+  require_c_contiguous(bytes, argument);
+  WA_CHECK_ARG(bytes.nbytes() == count * sizeof(T), argument, "has ", bytes.nbytes(), " bytes, expected ",
+               count * sizeof(T));
+  std::vector<T> values(count);
+  if (count) std::memcpy(values.data(), bytes.data(), count * sizeof(T));
+  return values;
+}
+
+// The reason make_plan gives for the same decision; the device only decides from the statistics, so a head
+// that the statistics let through says that the gain check was not made.
+std::string reason_of(const cuda::GpuPlanner& planner, cuda::GpuSkipReason flag, const MaskStats& stats) {
+  const PlanConfig& config = planner.config();
+  if (flag == cuda::GpuSkipReason::kPolicy) return "skip policy 'always'";
+  if (flag == cuda::GpuSkipReason::kNone) {
+    if (config.order == Order::kOriginal) return "original order requested";
+    if (config.skip == SkipPolicy::kNever) return "skip policy 'never'";
+    return decide_by_statistics(stats, config.skip_model).reason +
+           "; the GPU plan decides from these statistics only (no predicted-gain check)";
+  }
+  const SkipDecision decision = decide_by_statistics(stats, config.skip_model);
+  if (decision.skipped) return decision.reason;
+  // The device and the host disagree only if a statistic sits exactly on a threshold; name the device's test.
+  switch (flag) {
+    case cuda::GpuSkipReason::kWorkingSetFits: return "K/V working set fits in the usable L2";
+    case cuda::GpuSkipReason::kLowDensity: return "density below the skip model's minimum";
+    case cuda::GpuSkipReason::kWavesFit: return "the original order's waves fit in the usable L2";
+    case cuda::GpuSkipReason::kAdjacentAlike: return "adjacent rows already share their blocks";
+    default: return "skipped by the device's statistics";
+  }
+}
+
+// (skipped, reasons, stats) in the layout of the CPU plan's (see plan.cpp); the GPU plan has no per-head
+// timings, so those entries are NaN.
+std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuPlanner& planner,
+                                                                 const AnyArray& stats_bytes,
+                                                                 const AnyArray& skip_bytes) {
+  const size_t heads = size_t(planner.heads());
+  const std::vector<MaskStats> stats = values_of<MaskStats>(stats_bytes, heads, "stats");
+  const std::vector<uint8_t> flags = values_of<uint8_t>(skip_bytes, heads, "skip");
+  const double not_measured = std::numeric_limits<double>::quiet_NaN();
+  nb::list skipped, nnz, density, jaccard, working_set, wave_working_set, usable_l2, plan_ms, stage1_ms, stage2_ms;
+  std::vector<std::string> reasons;
+  int skipped_heads = 0;
+  for (size_t h = 0; h < heads; ++h) {
+    const auto flag = static_cast<cuda::GpuSkipReason>(flags[h]);
+    const bool is_skipped = flag != cuda::GpuSkipReason::kNone;
+    skipped_heads += is_skipped;
+    skipped.append(is_skipped);
+    reasons.push_back(reason_of(planner, flag, stats[h]));
+    nnz.append(stats[h].nnz);
+    density.append(stats[h].density);
+    jaccard.append(stats[h].adjacent_jaccard);
+    working_set.append(stats[h].kv_working_set_bytes);
+    wave_working_set.append(stats[h].wave_working_set_bytes);
+    usable_l2.append(stats[h].usable_l2_bytes);
+    plan_ms.append(not_measured);
+    stage1_ms.append(not_measured);
+    stage2_ms.append(not_measured);
+  }
+  nb::dict result;
+  result["nnz"] = nnz;
+  result["density"] = density;
+  result["adjacent_jaccard"] = jaccard;
+  result["kv_working_set_bytes"] = working_set;
+  result["wave_working_set_bytes"] = wave_working_set;
+  result["usable_l2_bytes"] = usable_l2;
+  result["plan_ms"] = plan_ms;
+  result["stage1_ms"] = stage1_ms;
+  result["stage2_ms"] = stage2_ms;
+  result["total_plan_ms"] = not_measured;
+  result["wave_size"] = planner.wave_size();
+  result["order"] = std::string(to_string(planner.config().order));
+  result["skipped_heads"] = skipped_heads;
+  return {skipped, reasons, result};
+}
+
+}  // namespace
+
+void bind_gpu_plan(nb::module_& module) {
+  module.attr("has_gpu_plan") = true;
+  module.attr("gpu_plan_stats_bytes") = sizeof(MaskStats);
+
+  nb::class_<cuda::GpuPlanner>(module, "GpuPlanner",
+                               "GPU plan of one layer shape and config (host checks at construction).")
+      .def(
+          "__init__",
+          [](cuda::GpuPlanner* self, int heads, int q_blocks, int kv_blocks, const std::string& order,
+             const std::string& gpu, int wave_size, int iterations, uint64_t seed, const std::string& skip,
+             int head_dim, int element_bytes, int kv_block, double plan_reuse) {
+            PlanConfig config;
+            config.order = from_string<Order>(order);
+            config.gpu = from_string<GpuPreset>(gpu);
+            config.skip = from_string<SkipPolicy>(skip);
+            config.wave_size = wave_size;
+            config.iterations = iterations;
+            config.seed = seed;
+            config.skip_model.head_dim = head_dim;
+            config.skip_model.element_bytes = element_bytes;
+            config.skip_model.kv_block = kv_block;
+            config.skip_model.plan_reuse = plan_reuse;
+            new (self) cuda::GpuPlanner(heads, q_blocks, kv_blocks, config);
+          },
+          nb::arg("heads"), nb::arg("q_blocks"), nb::arg("kv_blocks"), nb::arg("order"), nb::arg("gpu"),
+          nb::arg("wave_size"), nb::arg("iterations"), nb::arg("seed"), nb::arg("skip"), nb::arg("head_dim"),
+          nb::arg("element_bytes"), nb::arg("kv_block"), nb::arg("plan_reuse"))
+      .def_prop_ro("heads", &cuda::GpuPlanner::heads)
+      .def_prop_ro("q_blocks", &cuda::GpuPlanner::q_blocks)
+      .def_prop_ro("kv_blocks", &cuda::GpuPlanner::kv_blocks)
+      .def_prop_ro("wave_size", &cuda::GpuPlanner::wave_size)
+      .def_prop_ro("order", [](const cuda::GpuPlanner& p) { return std::string(to_string(p.config().order)); })
+      .def(
+          "workspace_bytes",
+          [](const cuda::GpuPlanner& p) {
+            nb::gil_scoped_release unlocked;
+            return p.workspace_bytes();
+          },
+          "Device workspace bytes (asks CUB on the current device).")
+      .def(
+          "prepare",
+          [](cuda::GpuPlanner& p, uintptr_t workspace, size_t bytes, uintptr_t stream) {
+            nb::gil_scoped_release unlocked;
+            p.prepare(pointer<void>(workspace), bytes, pointer<CUstream_st>(stream));
+          },
+          nb::arg("workspace"), nb::arg("bytes"), nb::arg("stream"),
+          "One-time setup of the workspace; synchronizes `stream`.")
+      .def(
+          "plan",
+          [](cuda::GpuPlanner& p, uintptr_t dense, uintptr_t row_ptr, uintptr_t col_idx, uintptr_t permutations,
+             uintptr_t inverses, uintptr_t schedule, uintptr_t stats, uintptr_t skip, uintptr_t workspace,
+             uintptr_t stream) {
+            cuda::DeviceMask mask;
+            mask.heads = p.heads();
+            mask.q_blocks = p.q_blocks();
+            mask.kv_blocks = p.kv_blocks();
+            mask.dense = pointer<const uint8_t>(dense);
+            mask.row_ptr = pointer<const int64_t>(row_ptr);
+            mask.col_idx = pointer<const int32_t>(col_idx);
+            cuda::GpuPlanOutputs outputs;
+            outputs.permutations = pointer<int32_t>(permutations);
+            outputs.inverses = pointer<int32_t>(inverses);
+            outputs.schedule = pointer<ScheduleItem>(schedule);
+            outputs.head_order = HeadOrder::kSequential;
+            outputs.stats = pointer<MaskStats>(stats);
+            outputs.skip = pointer<uint8_t>(skip);
+            nb::gil_scoped_release unlocked;
+            p.plan(mask, outputs, pointer<void>(workspace), pointer<CUstream_st>(stream));
+          },
+          nb::arg("dense"), nb::arg("row_ptr"), nb::arg("col_idx"), nb::arg("permutations"), nb::arg("inverses"),
+          nb::arg("schedule"), nb::arg("stats"), nb::arg("skip"), nb::arg("workspace"), nb::arg("stream"),
+          "Enqueues the plan on `stream` (device addresses as integers; dense = 0 for a CSR mask). The schedule "
+          "is written in sequential head order.")
+      .def("decode", &decode, nb::arg("stats"), nb::arg("skip"),
+           "(skipped, reasons, stats dict) from host copies of the stats and skip outputs.");
+}
+
+#else
+
+void bind_gpu_plan(nb::module_& module) { module.attr("has_gpu_plan") = false; }
+
+#endif
+
+}  // namespace wavealign::python
