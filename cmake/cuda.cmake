@@ -85,8 +85,14 @@ if(wa_build_sm90)
   target_link_libraries(wavealign_cuda_sm90 PRIVATE CUDA::cudart_static)
   set(WA_SM90_KV_STAGES 2 CACHE STRING "K and V pipeline stages of the Hopper kernel (2 or 3)")
   option(WA_SM90_PINGPONG "Hopper kernel: consumer warpgroups take turns issuing GEMMs" OFF)
+  set(WA_SM90_Q_STAGES 1 CACHE STRING "Q stages of the Hopper kernel (1 or 2; 2 loads the next item's Q early)")
+  if(WA_SM90_Q_STAGES EQUAL 2 AND WA_SM90_KV_STAGES EQUAL 3)
+    # 128x128, d = 128: 2 x 32 KB of Q + 3 x 2 x 32 KB of K/V = 256 KB, over the 227 KB per CTA.
+    message(FATAL_ERROR "WA_SM90_Q_STAGES=2 needs WA_SM90_KV_STAGES=2 (256 KB of shared memory otherwise)")
+  endif()
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
-    WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>)
+    WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
+    WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES})
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
   target_compile_definitions(wavealign_cuda PRIVATE WAVEALIGN_HAS_SM90_KERNELS=1)
   # TMA descriptors are encoded through the driver entry point that the runtime exposes; no -lcuda needed.

@@ -26,7 +26,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, SharedStorage<
   using namespace cute;
   RecordRing ring = storage.record_ring();
   StageCounter<Traits::kStages> kv;
-  uint32_t q_phase = 0;
+  StageCounter<Traits::kQStages> q_stages;
   const int lane = tid % 32;
   typename Traits::TiledMmaPV mma_pv;
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
@@ -40,7 +40,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, SharedStorage<
     OnlineSoftmax softmax;
     softmax.reset();
     if (record.n_blocks > 0) {
-      Mainloop<Traits>::compute_item(p, storage, record, kv, q_phase, tOrO, softmax, tid);
+      Mainloop<Traits>::compute_item(p, storage, record, kv, q_stages, tOrO, softmax, tid);
     } else {
       clear(tOrO);
     }

@@ -16,13 +16,16 @@
 
 namespace wavealign::cuda::detail::sm90 {
 
-// Tuning knobs (build options WA_SM90_KV_STAGES / WA_SM90_PINGPONG), fixed per build so every schedule
-// runs the same instruction stream.
+// Tuning knobs (build options WA_SM90_KV_STAGES / WA_SM90_PINGPONG / WA_SM90_Q_STAGES), fixed per build so
+// every schedule runs the same instruction stream.
 #ifndef WA_SM90_KV_STAGES
 #define WA_SM90_KV_STAGES 2
 #endif
 #ifndef WA_SM90_PINGPONG
 #define WA_SM90_PINGPONG 0
+#endif
+#ifndef WA_SM90_Q_STAGES
+#define WA_SM90_Q_STAGES 1
 #endif
 
 template <ElementType kElementType, int kHeadDim_, int kBlockM_, int kBlockN_>
@@ -34,6 +37,11 @@ struct KernelTraits {
   // K and V stages each: 2 is FA3's hd128 choice (Q 32 KB + 2 x 2 x 32 KB = 160 KB); 3 (224 KB) still fits
   // the 227 KB opt-in limit and hides longer L2 misses.
   static constexpr int kStages = WA_SM90_KV_STAGES;
+  // Q stages: 1 = the next item's Q TMA waits until the consumers' last S GEMM of the current item has
+  // released the buffer; 2 = it is issued as soon as the producer has decoded the next ticket, about one
+  // KV block earlier. 128x128, d = 128: 2 x 32 KB + 2 x 2 x 32 KB = 192 KB (3 KV stages would need 256 KB);
+  // 64x64: 2 x 16 KB + 64 KB = 96 KB, still two CTAs per SM.
+  static constexpr int kQStages = WA_SM90_Q_STAGES;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -50,6 +58,7 @@ struct KernelTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "query block 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "KV block 64 or 128");
+  static_assert(kQStages == 1 || kQStages == 2, "WA_SM90_Q_STAGES is 1 or 2");
 
   using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;
@@ -66,7 +75,10 @@ struct KernelTraits {
   // 128-byte swizzled K-major atoms (8 rows x 64 elements): head_dim 64 and 128 are whole atoms, and TMA
   // writes the same swizzle, 64 columns per box.
   using SmemAtom = cute::SM90::GMMA::Layout_K_SW128_Atom<Element>;
+  // One Q stage; stage s starts s * kQElements elements into the Q buffer (a multiple of the 1024-byte
+  // swizzle period: 8, 16 or 32 KB).
   using SmemLayoutQ = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  static constexpr int kQElements = int(cute::cosize_v<SmemLayoutQ>);
   using SmemLayoutK = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   using SmemLayoutV = SmemLayoutK;
@@ -87,6 +99,7 @@ struct KernelTraits {
                                              cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}, cute::_1{}));
 
   static constexpr int kQBytes = kBlockM * kHeadDim * int(sizeof(Element));
+  static_assert(kQBytes == kQElements * int(sizeof(Element)) && kQBytes % 1024 == 0, "Q stages keep the swizzle");
   static constexpr int kKVBytes = kBlockN * kHeadDim * int(sizeof(Element));  // one K or V stage
 };
 

@@ -37,11 +37,11 @@ template <class Traits>
 struct SharedStorage {
   using Element = typename Traits::Element;
   // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
-  cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
+  cute::array_aligned<Element, Traits::kQElements * Traits::kQStages, 1024> q;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
-  uint64_t q_full;
-  uint64_t q_empty;
+  uint64_t q_full[Traits::kQStages];
+  uint64_t q_empty[Traits::kQStages];
   uint64_t k_full[Traits::kStages];
   uint64_t k_empty[Traits::kStages];
   uint64_t v_full[Traits::kStages];
@@ -52,8 +52,10 @@ struct SharedStorage {
 
   __device__ void init_barriers() {
     constexpr int kConsumerWarps = Traits::kConsumerWarps;
-    Barrier::init(&q_full, 1);
-    Barrier::init(&q_empty, kConsumerWarps);
+    for (int s = 0; s < Traits::kQStages; ++s) {
+      Barrier::init(&q_full[s], 1);
+      Barrier::init(&q_empty[s], kConsumerWarps);
+    }
     for (int s = 0; s < Traits::kStages; ++s) {
       Barrier::init(&k_full[s], 1);
       Barrier::init(&k_empty[s], kConsumerWarps);
@@ -69,6 +71,8 @@ struct SharedStorage {
   __device__ RecordRing record_ring() {
     return RecordRing{records, record_full, record_empty, {}};
   }
+
+  __device__ Element* q_stage(int stage) { return q.data() + stage * Traits::kQElements; }
 };
 
 /// Fragment accessor over a CuTe register tensor (softmax.cuh indexes fragments through frag(i)).
@@ -120,40 +124,50 @@ struct Mainloop {
     Tensor mQ = params.tma_q.get_tma_tensor(gmem_shape);
     Tensor mK = params.tma_k.get_tma_tensor(gmem_shape);
     Tensor mV = params.tma_v.get_tma_tensor(gmem_shape);
-    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
 
     RecordRing ring = storage.record_ring();
     StageCounter<kStages> kv;
-    uint32_t q_phase = 0;
+    StageCounter<Traits::kQStages> q_stages;
+    // Q of a non-empty item into the next Q stage. That stage's previous item released it after its last
+    // S GEMM: with one stage that is the current item (so the load waits for it), with two the item before.
+    auto load_q = [&](const WorkItem& work) {
+      const int stage = q_stages.index();
+      Tensor sQ = make_tensor(make_smem_ptr(storage.q_stage(stage)), typename Traits::SmemLayoutQ{});
+      Tensor gQ = local_tile(mQ(_, _, work.head), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(work.q_block, _0{}));
+      auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      if (lane == 0) {
+        Barrier::wait(&storage.q_empty[stage], q_stages.phase() ^ 1u);
+        TransactionBarrier::arrive_and_expect_tx(&storage.q_full[stage], Traits::kQBytes);
+        copy(params.tma_q.with(storage.q_full[stage], 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+      }
+      q_stages.advance();
+    };
+
     int ticket = static_cast<int>(blockIdx.x);
     for (;;) {
       WorkRecord record{-1, 0, 0, -1};
       WorkItem item;
       if (ticket < p.items) {
         item = decode_work_item(p, ticket);
-        record = WorkRecord{item.head, item.q_block, item.n_blocks, partial_position<kBlockN>(p, item)};
+        record = WorkRecord{item.head, item.q_block, item.n_blocks, -1};
       }
+      // Two Q stages: the load goes out before the partial-block lookup (one dependent global load) and the
+      // record, while the consumers are still on the current item's last blocks.
+      if constexpr (Traits::kQStages > 1) {
+        if (record.head >= 0 && item.n_blocks > 0) load_q(item);
+      }
+      if (record.head >= 0) record.partial_position = partial_position<kBlockN>(p, item);
       ring.publish(record, lane);
       if (record.head < 0) break;
 
       if (item.n_blocks > 0) {
-        Tensor gQ = local_tile(mQ(_, _, item.head), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                               make_coord(item.q_block, _0{}));
+        if constexpr (Traits::kQStages == 1) load_q(item);
         Tensor gK = local_tile(mK(_, _, item.head), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
         Tensor gV = local_tile(mV(_, _, item.head), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-        auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-
-        if (lane == 0) {
-          // Q of the previous item is released after its last S GEMM.
-          Barrier::wait(&storage.q_empty, q_phase ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
-          copy(params.tma_q.with(storage.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
-        }
-        q_phase ^= 1u;
 
         for (int base = 0; base < item.n_blocks; base += 32) {
           const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
@@ -192,14 +206,16 @@ struct Mainloop {
   /// Result of one item for the epilogue: O accumulator (unnormalized) and the softmax state.
   template <class TensorO>
   __device__ static void compute_item(const AttentionParams& p, SharedStorage<Traits>& storage, const WorkRecord& record,
-                                      StageCounter<kStages>& kv, uint32_t& q_phase, TensorO& tOrO,
+                                      StageCounter<kStages>& kv, StageCounter<Traits::kQStages>& q_stages,
+                                      TensorO& tOrO,
                                       OnlineSoftmax& softmax, int tid) {
     using namespace cute;
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    const int q_stage = q_stages.index();
+    Tensor sQ = make_tensor(make_smem_ptr(storage.q_stage(q_stage)), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutVt{});
     Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
@@ -223,8 +239,8 @@ struct Mainloop {
     };
 
     const IssueTurn<Traits::kPingPong> turn{tid / 128};
-    Barrier::wait(&storage.q_full, q_phase);
-    q_phase ^= 1u;
+    Barrier::wait(&storage.q_full[q_stage], q_stages.phase());
+    q_stages.advance();
     softmax.reset();
     clear(tOrO);
 
@@ -238,7 +254,7 @@ struct Mainloop {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       release_stage(&storage.k_empty[stage], lane);
-      if (n == 1) release_stage(&storage.q_empty, lane);
+      if (n == 1) release_stage(&storage.q_empty[q_stage], lane);
       if (record.partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
       softmax.update<kBlockN>(frag, p.scale_log2, factor);
       convert_p();
@@ -257,7 +273,7 @@ struct Mainloop {
       warpgroup_wait<1>();  // S_i is ready; the PV GEMM may still run
       warpgroup_fence_operand(tSrS);
       release_stage(&storage.k_empty[stage], lane);
-      if (position == n - 1) release_stage(&storage.q_empty, lane);
+      if (position == n - 1) release_stage(&storage.q_empty[q_stage], lane);
       if (position == record.partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
       softmax.update<kBlockN>(frag, p.scale_log2, factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
