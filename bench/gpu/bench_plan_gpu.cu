@@ -3,11 +3,12 @@
 // effective bandwidth (bytes of a single pass over its inputs and outputs / time). One JSON line per input
 // form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms.
 //
-// --stage1 picks Stage 1's product kernel (broadcast: the default; gather: the first design; both: one line
-// per kernel and input form, for comparing them in one run).
+// --stage1 picks Stage 1's product kernel (split: the default; broadcast: one warp over all columns of a row
+// group; gather: the first design; all (or its older name both): one line per kernel and input form, for
+// comparing them in one run).
 //
 //   wa_bench_plan_gpu [--heads N] [--frames F] [--repeats R] [--order NAME] [--input dense|csr|both]
-//                     [--stage1 broadcast|gather|both]
+//                     [--stage1 split|broadcast|gather|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,7 +43,7 @@ struct Options {
   int repeats = 20;
   Order order = Order::kWaveAlign;
   std::string input = "both";
-  std::string stage1 = "both";
+  std::string stage1 = "all";
 };
 
 Options parse(int argc, char** argv) {
@@ -54,7 +55,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--repeats") options.repeats = std::max(1, std::stoi(value));
     else if (flag == "--order") options.order = from_string<Order>(value);
     else if (flag == "--input") options.input = value;
-    else if (flag == "--stage1") options.stage1 = value;
+    else if (flag == "--stage1") options.stage1 = value == "both" ? "all" : value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -126,14 +127,15 @@ int main(int argc, char** argv) {
   const double bits_t_bytes = double(heads) * cols * col_words * 8;
   const bool stage1 = config.order == Order::kS1 || config.order == Order::kWaveAlign;
 
-  if (options.stage1 != "both" && options.stage1 != "broadcast" && options.stage1 != "gather") {
-    std::fprintf(stderr, "--stage1 must be broadcast, gather or both\n");
+  if (options.stage1 != "all" && options.stage1 != "split" && options.stage1 != "broadcast" &&
+      options.stage1 != "gather") {
+    std::fprintf(stderr, "--stage1 must be split, broadcast, gather or all\n");
     return 2;
   }
   std::vector<std::pair<std::string, std::string>> runs;  // (Stage 1 product kernel, input form)
-  for (const char* stage1_path : {"broadcast", "gather"})
+  for (const char* stage1_path : {"split", "broadcast", "gather"})
     for (const char* form : {"dense", "csr"})
-      if ((options.stage1 == "both" || options.stage1 == stage1_path) &&
+      if ((options.stage1 == "all" || options.stage1 == stage1_path) &&
           (options.input == "both" || options.input == form))
         runs.emplace_back(stage1_path, form);
   for (const auto& [stage1_path, form] : runs) {
