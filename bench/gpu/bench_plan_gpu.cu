@@ -3,9 +3,9 @@
 // effective bandwidth (bytes of a single pass over its inputs and outputs / time). One JSON line per input
 // form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms.
 //
-// --stage1 picks Stage 1's product kernel (split: the default; broadcast: one warp over all columns of a row
-// group; gather: the first design; all (or its older name both): one line per kernel and input form, for
-// comparing them in one run).
+// --stage1 picks Stage 1's product kernel (broadcast: the default, one warp over all columns of a row group;
+// split: each group's columns over 4 warps; gather: the first design; all (or its older name both): one line
+// per kernel and input form, for comparing them in one run).
 //
 //   wa_bench_plan_gpu [--heads N] [--frames F] [--repeats R] [--order NAME] [--input dense|csr|both]
 //                     [--stage1 split|broadcast|gather|all]

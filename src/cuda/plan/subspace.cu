@@ -7,11 +7,14 @@
 // block computes its head's correction sum itself while it stages the input vector in shared memory (with the
 // split products that is 12 blocks per head at 2,841 rows, ~3 us of L2 reads per product).
 //
-// Three product kernels: split_product_kernel (default: the broadcast kernel's dense predicated adds with each
-// row group's columns split over 4 warps, ~60-80 us per product expected on the H200), broadcast_product_kernel
-// (one warp per row group over all columns, 175 us measured: too few warps to hide the FP64 latency) and
-// product_kernel (one warp per row gathering set bits, bound by shared-memory bank conflicts at ~300 us);
-// plan_kernels.h says how to pick one at run time.
+// Three product kernels, measured on the H200 for a 40 x 2,841 x 2,841 layer at density 0.28:
+// broadcast_product_kernel (default: one warp per 128-row group over all columns, dense predicated FP64 adds;
+// 175 us per product), split_product_kernel (the same adds with each group's columns split over 4 warps, 4x
+// the warps per SM; 179 us, so occupancy is not the limit: ncu counts 71.6 M warp instructions per product,
+// the FP64 pipe 24 % active, and the top stalls math-pipe throttle, not-selected and short scoreboard, i.e.
+// issue-bound on the bit extraction and predicate instructions around each add) and product_kernel (one warp
+// per row gathering set bits, bound by shared-memory bank conflicts at ~300 us); plan_kernels.h says how to
+// pick one at run time.
 //
 // Reductions are deterministic (fixed trees) but not in the CPU's sequential order, so vectors agree with
 // the CPU's to rounding (relative 1e-15 per step); elementwise steps use non-contracted multiply/add so they
@@ -499,10 +502,10 @@ void set_subspace_shared_limit(int bytes) {
 
 ProductPath product_path() {
   const char* value = std::getenv(kProductPathVariable);
-  if (value == nullptr) return ProductPath::kSplit;
+  if (value == nullptr) return ProductPath::kBroadcast;
   if (std::strcmp(value, "gather") == 0) return ProductPath::kGather;
-  if (std::strcmp(value, "broadcast") == 0) return ProductPath::kBroadcast;
-  return ProductPath::kSplit;
+  if (std::strcmp(value, "split") == 0) return ProductPath::kSplit;
+  return ProductPath::kBroadcast;
 }
 
 void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffers& buffers, int shared_limit,
