@@ -4,11 +4,11 @@
 // form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms.
 //
 // --stage1 picks Stage 1's product kernel (broadcast: the default, one warp over all columns of a row group;
-// split: each group's columns over 4 warps; gather: the first design; all (or its older name both): one line
-// per kernel and input form, for comparing them in one run).
+// gather: the first design; all (or its older name both): one line per kernel and input form, for comparing
+// them in one run).
 //
 //   wa_bench_plan_gpu [--heads N] [--frames F] [--repeats R] [--order NAME] [--input dense|csr|both]
-//                     [--stage1 split|broadcast|gather|all]
+//                     [--stage1 broadcast|gather|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -127,13 +127,12 @@ int main(int argc, char** argv) {
   const double bits_t_bytes = double(heads) * cols * col_words * 8;
   const bool stage1 = config.order == Order::kS1 || config.order == Order::kWaveAlign;
 
-  if (options.stage1 != "all" && options.stage1 != "split" && options.stage1 != "broadcast" &&
-      options.stage1 != "gather") {
-    std::fprintf(stderr, "--stage1 must be split, broadcast, gather or all\n");
+  if (options.stage1 != "all" && options.stage1 != "broadcast" && options.stage1 != "gather") {
+    std::fprintf(stderr, "--stage1 must be broadcast, gather or all\n");
     return 2;
   }
   std::vector<std::pair<std::string, std::string>> runs;  // (Stage 1 product kernel, input form)
-  for (const char* stage1_path : {"split", "broadcast", "gather"})
+  for (const char* stage1_path : {"broadcast", "gather"})
     for (const char* form : {"dense", "csr"})
       if ((options.stage1 == "all" || options.stage1 == stage1_path) &&
           (options.input == "both" || options.input == form))

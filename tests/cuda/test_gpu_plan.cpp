@@ -280,8 +280,8 @@ TEST(GpuPlan, VideoMaskBothHeadOrders) {
   }
 }
 
-// Selects Stage 1's product kernel for the planners created and run in its scope ("split", "broadcast" or
-// "gather", read by every plan() call), then restores the previous setting.
+// Selects Stage 1's product kernel for the planners created and run in its scope ("broadcast" or "gather",
+// read by every plan() call), then restores the previous setting.
 class ProductPathScope {
  public:
   explicit ProductPathScope(const char* path) {
@@ -305,16 +305,14 @@ class ProductPathScope {
 
 TEST(GpuPlan, AllProductKernelsMatchTheCpu) {
   WA_REQUIRE_GPU();
-  // 1,500 x 1,300 spans two broadcast blocks per head (1,024 rows each) and six split blocks (256 rows) and
-  // ends in partial warps, lanes and words (1,300 = 20 x 64 + 20); its transposed product (1,300 rows) ends in
-  // a split block whose second row group is past the end; 137 x 70 has a partial last word in both bit arrays
-  // and fewer words (2 and 3) than the split kernel's 4 column chunks, so some chunks are empty; the video mask
-  // is the benchmark's kind of mask at a smaller size.
+  // 1,500 x 1,300 spans two broadcast blocks per head (1,024 rows each) and ends in partial warps, lanes and
+  // words (1,300 = 20 x 64 + 20); 137 x 70 has a partial last word in both bit arrays; the video mask is the
+  // benchmark's kind of mask at a smaller size.
   const BlockMask large = test_support::bernoulli_mask(2, 1500, 1300, 0.28, 17);
   const BlockMask partial = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
   const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
   const BlockMask video = video_mask(shape, 4, {128, 128}, {}, 7);
-  for (const char* path : {"split", "broadcast", "gather"}) {
+  for (const char* path : {"broadcast", "gather"}) {
     const ProductPathScope scope(path);
     for (Order order : {Order::kS1, Order::kWaveAlign}) {
       PlanConfig config;

@@ -90,12 +90,10 @@ struct SubspaceBuffers {
 };
 /// How Stage 1's mask products run (subspace.cu explains each with numbers). kBroadcast, the default: lanes
 /// own rows and add broadcast columns (dense work, no shared-memory gathers; 175 us per product measured at
-/// 40 x 2,841). kSplit: the same with each row group's columns split over 4 warps whose partial sums are added
-/// in a fixed order (179 us: 4x the warps did not help). kGather: one warp per row gathers the set bits'
-/// entries (the first design, ~300 us). Read from the environment variable kProductPathVariable ("gather"
-/// selects kGather, "split" kSplit, anything else or unset kBroadcast) at each plan() call, so a benchmark or a
-/// test can run all three in one process.
-enum class ProductPath { kSplit, kBroadcast, kGather };
+/// 40 x 2,841). kGather: one warp per row gathers the set bits' entries (the first design, ~300 us). Read from
+/// the environment variable kProductPathVariable ("gather" selects kGather, anything else or unset
+/// kBroadcast) at each plan() call, so a benchmark or a test can run both in one process.
+enum class ProductPath { kBroadcast, kGather };
 constexpr const char* kProductPathVariable = "WA_PLAN_STAGE1_PRODUCTS";
 ProductPath product_path();
 

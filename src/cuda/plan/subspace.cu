@@ -4,17 +4,15 @@
 // Per iteration, for all heads: y = M~^T x (product over the transposed bits), z = M~ y (product over the
 // row bits), x = QR(z) (modified Gram-Schmidt, the CPU's exact sequence of steps). The centering is the
 // rank-1 correction of the CPU code: M~^T x = M^T x - c (1^T x)/m and M~ y = M y - 1 (c^T y)/m; each product
-// block computes its head's correction sum itself while it stages the input vector in shared memory (with the
-// split products that is 12 blocks per head at 2,841 rows, ~3 us of L2 reads per product).
+// block computes its head's correction sum itself while it stages the input vector in shared memory.
 //
-// Three product kernels, measured on the H200 for a 40 x 2,841 x 2,841 layer at density 0.28:
+// Two product kernels, measured on the H200 for a 40 x 2,841 x 2,841 layer at density 0.28:
 // broadcast_product_kernel (default: one warp per 128-row group over all columns, dense predicated FP64 adds;
-// 175 us per product), split_product_kernel (the same adds with each group's columns split over 4 warps, 4x
-// the warps per SM; 179 us, so occupancy is not the limit: ncu counts 71.6 M warp instructions per product,
-// the FP64 pipe 24 % active, and the top stalls math-pipe throttle, not-selected and short scoreboard, i.e.
-// issue-bound on the bit extraction and predicate instructions around each add) and product_kernel (one warp
-// per row gathering set bits, bound by shared-memory bank conflicts at ~300 us); plan_kernels.h says how to
-// pick one at run time.
+// 175 us per product) and product_kernel (one warp per row gathering set bits, bound by shared-memory bank
+// conflicts at ~300 us); plan_kernels.h says how to pick one at run time. The broadcast kernel is issue-bound,
+// not latency-bound: a variant that split each row group's columns over 4 warps (4x the warps per SM, partials
+// added in a fixed order) ran at 179 us; ncu counted 71.6 M warp instructions per product, the FP64 pipe 24 %
+// active, stalls led by math-pipe throttle and not-selected. Fewer instructions per column is the next step.
 //
 // Reductions are deterministic (fixed trees) but not in the CPU's sequential order, so vectors agree with
 // the CPU's to rounding (relative 1e-15 per step); elementwise steps use non-contracted multiply/add so they
@@ -39,11 +37,6 @@ constexpr int kBroadcastWarps = 8;
 constexpr int kBroadcastRowsPerLane = 4;  // 8 double sums per lane; one broadcast load feeds 8 adds
 constexpr int kBroadcastRowsPerWarp = 32 * kBroadcastRowsPerLane;
 constexpr int kBroadcastRowsPerBlock = kBroadcastWarps * kBroadcastRowsPerWarp;  // 1,024: 3 blocks per head
-constexpr int kSplitRowWarps = 2;  // row groups of 128 rows per split block
-constexpr int kSplitChunks = 4;    // column chunks per row group, one warp each
-constexpr int kSplitWarps = kSplitRowWarps * kSplitChunks;       // 256 threads, like the broadcast block
-constexpr int kSplitRowsPerBlock = kSplitRowWarps * kBroadcastRowsPerWarp;  // 256: 12 blocks per head
-constexpr int kSplitBlocksPerSm = 4;  // 4 x 256 threads at <= 64 registers, 4 x 46 KiB staged input
 constexpr double kZeroNorm = 1e-300;  // the CPU's thresholds (orthonormalize, fix_sign)
 constexpr double kRankTolerance = 1e-12;
 constexpr double kSignTolerance = 1 + 1e-12;
@@ -260,137 +253,6 @@ __global__ void __launch_bounds__(kBroadcastWarps * 32)
   }
 }
 
-// Split product (the default): broadcast_product_kernel's work with 4x the warps. Measured on the H200 at 40
-// x 2,841 (ncu): the broadcast kernel runs 120 blocks of 8 warps, one per SM, 2 warps per scheduler, and takes
-// 175 us instead of the ~46 us its FP64 work needs: 11.8% occupancy, 0.7 eligible warps per scheduler, 3.7
-// cycles per issued instruction. Each warp's 8 sums advance one dependent FP64 add per column, and 2 warps per
-// scheduler cannot cover the add latency and the row-word loads.
-//
-// Here the 128 rows of a row group are the same as in the broadcast kernel (lane l owns rows l, l+32, l+64,
-// l+96), but the group's column words are split into kSplitChunks contiguous chunks (45 words at 2,841
-// columns: 11, 11, 11, 12), each walked by its own warp into its own partial sums, in column order. A block
-// holds 2 row groups x 4 chunks = 8 warps and 256 rows: 12 blocks per head, 480 blocks, all resident at once
-// (4 blocks per SM: 256 threads at <= 64 registers, 46 KiB of staged input each), so an SM runs ~29 warps
-// (7 per scheduler) instead of 8, with 4x the independent add chains per row. After a barrier, the chunk
-// warps 1-3 put their partials in shared memory (over the staged input, no longer read) and chunk warp 0 adds
-// them in the fixed order ((p0 + p1) + p2) + p3, then applies the centering correction: no atomics, the same
-// bits on every run. Sums are split per row, not reordered across runs; they differ from the broadcast
-// kernel's only by rounding (the same 1e-16 relative as any sum order).
-//
-// Expected per product at 40 x 2,841, density 0.28: the busiest SM has 4 blocks = 1,024 rows x 2,841 columns
-// (the same work per SM as the broadcast kernel's one block), 2 FP64 adds per (row, column), 64 FP64 lanes per
-// clock: 90,900 clocks = 46 us at 1.98 GHz when the FP64 pipe is saturated. The issue side is 13
-// instructions per warp and column (one broadcast LDS.128, 4 x (bit test + 2 predicated DADDs)) against 16
-// FP64-pipe cycles (8 DADDs at 16 lanes per clock per scheduler), so the pipe, not issue, bounds it; with 7
-// warps per scheduler the ~8-cycle add latency is covered. Add ~3 us for staging (each block still stages the
-// whole 45 KiB input and computes its head's centering sum: 480 blocks x 45-67 KiB = ~30 MB of L2 reads) and
-// the combine: ~50 us if the pipe runs at 90%, ~60-80 us at 60-70%, against 175 us measured for the broadcast
-// kernel; 22 x (175 - 50..80) = 2.1-2.8 ms saved per layer.
-//
-// Same staging, centering sum (same loop over the same 256 threads and the same tree: equal to the broadcast
-// kernel's bit for bit), zero-word vote and predicated adds as broadcast_product_kernel. No thread leaves
-// before the barrier; row groups past the end of the head only vote on zero words and write nothing.
-__global__ void __launch_bounds__(kSplitWarps * 32, kSplitBlocksPerSm)
-    split_product_kernel(const uint64_t* __restrict__ bits, int rows, int row_words,
-                         const double2* __restrict__ in, int in_count, const double* __restrict__ weights,
-                         const double* __restrict__ coef, double inv_m, double2* __restrict__ out) {
-  extern __shared__ double2 staged[];  // max(row_words * 64, split_partial_entries) entries
-  __shared__ double scratch[2 * 32];
-  const int64_t head = blockIdx.y;
-  const double2* head_in = in + head * in_count;
-  const double* head_weights = weights ? weights + head * in_count : nullptr;
-
-  const int padded = row_words * 64;
-  double shift[2] = {0, 0};
-#pragma unroll 4
-  for (int k = threadIdx.x; k < padded; k += blockDim.x) {
-    double2 v = make_double2(0.0, 0.0);
-    if (k < in_count) {
-      v = head_in[k];
-      const double w = head_weights ? head_weights[k] : 1.0;
-      shift[0] += w * v.x;
-      shift[1] += w * v.y;
-    }
-    staged[k] = v;
-  }
-  block_sum(shift, scratch);  // ends with a barrier: `staged` is complete
-
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int group = warp % kSplitRowWarps, chunk = warp / kSplitRowWarps;
-  const int local = group * kBroadcastRowsPerWarp;  // first row of the group within the block
-  const int first = blockIdx.x * kSplitRowsPerBlock + local;
-  const int word_begin = chunk * row_words / kSplitChunks;
-  const int word_end = (chunk + 1) * row_words / kSplitChunks;
-  const uint64_t* row_bits[kBroadcastRowsPerLane];
-  bool valid[kBroadcastRowsPerLane];
-#pragma unroll
-  for (int i = 0; i < kBroadcastRowsPerLane; ++i) {
-    const int row = first + i * 32 + lane;
-    valid[i] = row < rows;
-    row_bits[i] = bits + (head * rows + (valid[i] ? row : 0)) * row_words;
-  }
-  auto load_words = [&](int w, uint64_t(&words)[kBroadcastRowsPerLane]) {
-#pragma unroll
-    for (int i = 0; i < kBroadcastRowsPerLane; ++i) words[i] = valid[i] && w < word_end ? row_bits[i][w] : 0ull;
-  };
-
-  double sum0[kBroadcastRowsPerLane], sum1[kBroadcastRowsPerLane];
-#pragma unroll
-  for (int i = 0; i < kBroadcastRowsPerLane; ++i) sum0[i] = sum1[i] = 0.0;
-  uint64_t words[kBroadcastRowsPerLane];
-  load_words(word_begin, words);
-  for (int w = word_begin; w < word_end; ++w) {
-    uint64_t next[kBroadcastRowsPerLane];
-    load_words(w + 1, next);
-    uint64_t any = 0;
-#pragma unroll
-    for (int i = 0; i < kBroadcastRowsPerLane; ++i) any |= words[i];
-    if (__any_sync(kFullWarp, any != 0)) {
-      const double2* column = staged + w * 64;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        uint32_t part[kBroadcastRowsPerLane];
-#pragma unroll
-        for (int i = 0; i < kBroadcastRowsPerLane; ++i) part[i] = uint32_t(words[i] >> (32 * half));
-#pragma unroll
-        for (int b = 0; b < 32; ++b) {
-          const double2 v = column[32 * half + b];
-#pragma unroll
-          for (int i = 0; i < kBroadcastRowsPerLane; ++i)
-            add_if_set(part[i] & (1u << b), v, sum0[i], sum1[i]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kBroadcastRowsPerLane; ++i) words[i] = next[i];
-  }
-
-  // Partials of chunks 1..3: [chunk - 1][row within the block], over the staged input.
-  double2* partial = staged;
-  __syncthreads();  // every warp is done reading `staged`
-  if (chunk > 0) {
-#pragma unroll
-    for (int i = 0; i < kBroadcastRowsPerLane; ++i)
-      partial[(chunk - 1) * kSplitRowsPerBlock + local + i * 32 + lane] = make_double2(sum0[i], sum1[i]);
-  }
-  __syncthreads();
-  if (chunk > 0) return;
-#pragma unroll
-  for (int i = 0; i < kBroadcastRowsPerLane; ++i) {
-    if (!valid[i]) continue;
-#pragma unroll
-    for (int c = 1; c < kSplitChunks; ++c) {
-      const double2 p = partial[(c - 1) * kSplitRowsPerBlock + local + i * 32 + lane];
-      sum0[i] = __dadd_rn(sum0[i], p.x);
-      sum1[i] = __dadd_rn(sum1[i], p.y);
-    }
-    const int64_t at = head * rows + first + i * 32 + lane;
-    const double c = coef ? coef[at] : 1.0;
-    out[at] = make_double2(__dsub_rn(sum0[i], __dmul_rn(__dmul_rn(c, shift[0]), inv_m)),
-                           __dsub_rn(sum1[i], __dmul_rn(__dmul_rn(c, shift[1]), inv_m)));
-  }
-}
-
 // Rayleigh-Ritz and the polar-angle keys (Algorithm 1 lines 11-14, then polar_order's angles), one block per
 // head: B = X^T Z with Z = M~ M~^T X, rotate X onto B's eigenvectors, fix the signs (largest |entry| positive,
 // first index within a relative 1e-12, scanned in row order as the CPU does), angle = atan2(u2, u1).
@@ -449,26 +311,12 @@ __global__ void __launch_bounds__(kHeadThreads)
 // Bytes of the broadcast kernel's staged input: whole 64-column words of double2.
 size_t broadcast_shared_bytes(int row_words) { return size_t(row_words) * 64 * sizeof(double2); }
 
-// The split kernel reuses the staged input for the partials of chunks 1..3 (12 KiB; the input is larger from
-// 12 words = 768 columns on).
-size_t split_shared_bytes(int row_words) {
-  constexpr size_t kPartialBytes = size_t(kSplitChunks - 1) * kSplitRowsPerBlock * sizeof(double2);
-  return broadcast_shared_bytes(row_words) > kPartialBytes ? broadcast_shared_bytes(row_words) : kPartialBytes;
-}
-
-// One centered product over `bits` (rows of row_words words). The split and broadcast kernels need the
-// zero-padded input in shared memory; inputs larger than the limit (more than ~14,000 entries) take the gather kernel.
+// One centered product over `bits` (rows of row_words words). The broadcast kernel needs the zero-padded
+// input in shared memory; inputs larger than the limit (more than ~14,000 entries) take the gather kernel.
 void product(ProductPath path, int shared_limit, const uint64_t* bits, int heads, int rows, int row_words,
              const double2* in, int in_count, const double* weights, const double* coef, double inv_m, double2* out,
              cudaStream_t stream) {
   if (heads == 0 || rows == 0) return;
-  if (path == ProductPath::kSplit && split_shared_bytes(row_words) <= size_t(shared_limit)) {
-    const dim3 grid(blocks_for_items(rows, kSplitRowsPerBlock), unsigned(heads));
-    split_product_kernel<<<grid, kSplitWarps * 32, split_shared_bytes(row_words), stream>>>(
-        bits, rows, row_words, in, in_count, weights, coef, inv_m, out);
-    WA_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
   if (path == ProductPath::kBroadcast && broadcast_shared_bytes(row_words) <= size_t(shared_limit)) {
     const dim3 grid(blocks_for_items(rows, kBroadcastRowsPerBlock), unsigned(heads));
     broadcast_product_kernel<<<grid, kBroadcastWarps * 32, broadcast_shared_bytes(row_words), stream>>>(
@@ -493,18 +341,12 @@ void set_subspace_shared_limit(int bytes) {
   WA_CUDA_CHECK(cudaFuncSetAttribute(product_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   WA_CUDA_CHECK(
       cudaFuncSetAttribute(broadcast_product_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  WA_CUDA_CHECK(cudaFuncSetAttribute(split_product_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  // 4 resident blocks need 4 x 47.5 KiB of shared memory: ask for the largest carveout (the bit rows are read
-  // once per block through L2, so the smaller L1 costs nothing).
-  WA_CUDA_CHECK(cudaFuncSetAttribute(split_product_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     int(cudaSharedmemCarveoutMaxShared)));
 }
 
 ProductPath product_path() {
   const char* value = std::getenv(kProductPathVariable);
   if (value == nullptr) return ProductPath::kBroadcast;
   if (std::strcmp(value, "gather") == 0) return ProductPath::kGather;
-  if (std::strcmp(value, "split") == 0) return ProductPath::kSplit;
   return ProductPath::kBroadcast;
 }
 
