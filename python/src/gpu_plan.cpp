@@ -132,18 +132,9 @@ void bind_gpu_plan(nb::module_& module) {
           [](cuda::GpuPlanner* self, int heads, int q_blocks, int kv_blocks, const std::string& order,
              const std::string& gpu, int wave_size, int iterations, uint64_t seed, const std::string& skip,
              int head_dim, int element_bytes, int kv_block, double plan_reuse) {
-            PlanConfig config;
-            config.order = from_string<Order>(order);
-            config.gpu = from_string<GpuPreset>(gpu);
-            config.skip = from_string<SkipPolicy>(skip);
-            config.wave_size = wave_size;
-            config.iterations = iterations;
-            config.seed = seed;
-            config.skip_model.head_dim = head_dim;
-            config.skip_model.element_bytes = element_bytes;
-            config.skip_model.kv_block = kv_block;
-            config.skip_model.plan_reuse = plan_reuse;
-            new (self) cuda::GpuPlanner(heads, q_blocks, kv_blocks, config);
+            new (self) cuda::GpuPlanner(heads, q_blocks, kv_blocks,
+                                        plan_config(order, gpu, wave_size, iterations, seed, skip, head_dim,
+                                                    element_bytes, kv_block, plan_reuse));
           },
           nb::arg("heads"), nb::arg("q_blocks"), nb::arg("kv_blocks"), nb::arg("order"), nb::arg("gpu"),
           nb::arg("wave_size"), nb::arg("iterations"), nb::arg("seed"), nb::arg("skip"), nb::arg("head_dim"),

@@ -142,18 +142,9 @@ struct PlanHandle {
 PlanHandle plan_mask(const BlockMask& mask, const std::string& order, const std::string& gpu, int wave_size,
                      int iterations, uint64_t seed, const std::string& skip, int threads, int head_dim,
                      int element_bytes, int kv_block, double plan_reuse) {
-  PlanConfig config;
-  config.order = from_string<Order>(order);
-  config.gpu = from_string<GpuPreset>(gpu);
-  config.skip = from_string<SkipPolicy>(skip);
-  config.wave_size = wave_size;
-  config.iterations = iterations;
-  config.seed = seed;
+  PlanConfig config =
+      plan_config(order, gpu, wave_size, iterations, seed, skip, head_dim, element_bytes, kv_block, plan_reuse);
   config.threads = threads;
-  config.skip_model.head_dim = head_dim;
-  config.skip_model.element_bytes = element_bytes;
-  config.skip_model.kv_block = kv_block;
-  config.skip_model.plan_reuse = plan_reuse;
   WA_CHECK_ARG(head_dim > 0, "head_dim", "must be > 0, got ", head_dim);
   WA_CHECK_ARG(element_bytes > 0, "element_bytes", "must be > 0, got ", element_bytes);
   WA_CHECK_ARG(kv_block > 0, "block_size", "must be > 0, got ", kv_block);

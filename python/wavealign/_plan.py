@@ -490,13 +490,7 @@ def _device_plan(block_mask: Any, heads: int | None, kv_blocks: int | None, bloc
                          seq_lengths=seq_lengths)
         return handle, source, blocks
     if isinstance(block_mask, (tuple, list)):
-        if len(block_mask) != 2:
-            raise invalid("block_mask", f"a CSR mask is a (row_ptr, col_idx) pair, got {len(block_mask)} items")
-        if kv_blocks is None:
-            raise invalid("kv_blocks", "is required with a CSR mask (row_ptr, col_idx)")
-        kv_blocks = check_int(kv_blocks, "kv_blocks", 1)
-        heads = 1 if heads is None else check_int(heads, "heads", 1)
-        row_ptr, col_idx = block_mask
+        row_ptr, col_idx, heads, kv_blocks = _csr_parts(block_mask, heads, kv_blocks)
         _check_device_tensor(row_ptr, "row_ptr", row_ptr.device, (torch.int64, torch.int32), ndim=1)
         _check_device_tensor(col_idx, "col_idx", row_ptr.device, (torch.int32, torch.int64), ndim=1)
         rows = row_ptr.numel() - 1
@@ -558,7 +552,8 @@ def _dense_mask(block_mask: Any) -> tuple[Any, _Source]:
     return _core.mask_from_dense(host), _Source("dense", framework, device, host.ndim, dtype)
 
 
-def _csr_mask(block_mask: Any, heads: int | None, kv_blocks: int | None) -> tuple[Any, _Source]:
+def _csr_parts(block_mask: Any, heads: int | None, kv_blocks: int | None) -> tuple[Any, Any, int, int]:
+    """(row_ptr, col_idx, heads, kv_blocks) of a CSR pair, with the pair's shape arguments checked."""
     if len(block_mask) != 2:
         raise invalid("block_mask", f"a CSR mask is a (row_ptr, col_idx) pair, got {len(block_mask)} items")
     if kv_blocks is None:
@@ -566,6 +561,11 @@ def _csr_mask(block_mask: Any, heads: int | None, kv_blocks: int | None) -> tupl
     kv_blocks = check_int(kv_blocks, "kv_blocks", 1)
     heads = 1 if heads is None else check_int(heads, "heads", 1)
     row_ptr, col_idx = block_mask
+    return row_ptr, col_idx, heads, kv_blocks
+
+
+def _csr_mask(block_mask: Any, heads: int | None, kv_blocks: int | None) -> tuple[Any, _Source]:
+    row_ptr, col_idx, heads, kv_blocks = _csr_parts(block_mask, heads, kv_blocks)
     framework, device = _framework(row_ptr)
     row_host = host_array(row_ptr, "row_ptr")
     col_host = host_array(col_idx, "col_idx")
