@@ -345,9 +345,7 @@ void set_subspace_shared_limit(int bytes) {
 
 ProductPath product_path() {
   const char* value = std::getenv(kProductPathVariable);
-  if (value == nullptr) return ProductPath::kBroadcast;
-  if (std::strcmp(value, "gather") == 0) return ProductPath::kGather;
-  return ProductPath::kBroadcast;
+  return value != nullptr && std::strcmp(value, "gather") == 0 ? ProductPath::kGather : ProductPath::kBroadcast;
 }
 
 void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffers& buffers, int shared_limit,
