@@ -9,4 +9,8 @@ jobs="${WA_JOBS:-$(nproc)}"
 "$root/scripts/setup.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$jobs"
+# ctest lists skipped tests without their reason: on a machine without a GPU, say first why the GPU tests skip.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  ctest --test-dir "$build" -L gpu -V 2>/dev/null | grep -oE "no CUDA device: .*" | sort -u | sed 's/^/GPU tests will skip: /' || true
+fi
 ctest --test-dir "$build" --output-on-failure -j "$jobs" "$@"
