@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "wavealign/gpu.h"
 #include "wavealign/mask.h"
 #include "wavealign/skip.h"
+#include "wavealign/skip_profile.h"
 
 namespace wavealign {
 
@@ -22,6 +24,11 @@ struct PlanConfig {
   SkipPolicy skip = SkipPolicy::kNever;
   SkipModel skip_model;    // statistics thresholds and cost model of SkipPolicy::kAuto
   int threads = 0;         // worker threads over heads; 0 = hardware concurrency. Results do not depend on it.
+  /// Calibrated gain and plan cost of the target GPU (load_skip_profile). With SkipPolicy::kAuto, heads that
+  /// pass the statistics are decided by decide_by_profile before any plan is computed, instead of by the
+  /// simulated prefix against the CPU plan's wall time. Shared, so that copies of the config stay cheap.
+  std::shared_ptr<const SkipProfile> profile;
+  int64_t tokens = 0;      // sequence length the profile is read at; 0 = q_blocks x skip_model.kv_block
 };
 
 struct HeadPlan {

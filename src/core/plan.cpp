@@ -85,6 +85,13 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
   }
   if (config.skip == SkipPolicy::kAuto) {
     head_plan.skip = decide_by_statistics(head_plan.stats, config.skip_model);
+    if (!head_plan.skip.skipped && config.profile) {
+      // The profile predicts the gain from (L, density) alone, so a skipped head costs no plan at all.
+      const int64_t tokens = config.tokens > 0 ? config.tokens : int64_t(rows) * config.skip_model.kv_block;
+      const SkipDecision by_profile = decide_by_profile(head_plan.stats, tokens, *config.profile, config.skip_model);
+      head_plan.skip = by_profile.skipped ? by_profile
+                                          : SkipDecision{false, head_plan.skip.reason + "; " + by_profile.reason};
+    }
     if (head_plan.skip.skipped) {
       head_plan.permutation = identity(rows);
       fill_inverse(head_plan);
@@ -118,7 +125,7 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
   head_plan.plan_ms = elapsed_ms(start);
   head_plan.permutation = std::move(order);
 
-  if (config.skip == SkipPolicy::kAuto) {
+  if (config.skip == SkipPolicy::kAuto && !config.profile) {
     const double gain_ms = predicted_gain_ms(mask, head, head_plan.permutation, gpu, config.skip_model);
     const SkipDecision by_gain = decide_by_gain(gain_ms, head_plan.plan_ms, config.skip_model);
     if (by_gain.skipped) {
@@ -127,7 +134,7 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
     } else {
       head_plan.skip = {false, head_plan.skip.reason + "; " + by_gain.reason};
     }
-  } else {
+  } else if (config.skip != SkipPolicy::kAuto) {
     head_plan.skip = {false, "skip policy 'never'"};
   }
   fill_inverse(head_plan);
@@ -144,6 +151,8 @@ void check_config(const PlanConfig& config) {
                "head_dim, element_bytes and kv_block must be positive");
   WA_CHECK_ARG(model.plan_reuse > 0, "plan_reuse", "must be > 0, got ", model.plan_reuse);
   WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
+  WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
+  if (config.profile) check_skip_profile(*config.profile, "profile");
 }
 
 }  // namespace

@@ -1,0 +1,67 @@
+// Calibrated adaptive skip: the kernel gain and plan cost of reordering, measured on one GPU over a grid of
+// sequence lengths and mask densities, replace the simulated gain of SkipPolicy::kAuto (paper IV-E: "offline
+// profiles of kernel latency and reordering cost"). Format and interpolation: docs/skip-profile.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wavealign/skip.h"
+
+namespace wavealign {
+
+/// One measured configuration: the attention kernel over `heads` heads in the original and the WaveAlign
+/// order, and the plan of one layer of the same `heads` heads.
+struct SkipProfilePoint {
+  int64_t tokens = 0;       // sequence length L
+  double density = 0;       // kept fraction of blocks (the grid coordinate: the requested density)
+  std::string mask;         // mask family, e.g. "video"
+  int heads = 0;            // heads of the measured kernel and plan
+  double original_ms = 0;   // kernel time, original row order
+  double wavealign_ms = 0;  // kernel time, WaveAlign row order
+  double plan_ms = 0;       // plan time of one layer of `heads` heads
+};
+
+/// Measurements of one GPU. The points form a complete grid: every (tokens, density) pair of the distinct
+/// token counts and densities occurs exactly once, and all points share one mask family.
+struct SkipProfile {
+  std::string device;  // the GPU's name
+  std::string commit;  // the code that was measured
+  std::string date;
+  std::string mask;    // the mask family of every point
+  std::vector<SkipProfilePoint> points;
+};
+
+/// Parses a profile; `source` names it in errors (a file name). Throws InvalidArgument whose argument is
+/// "<source>: <field>" (e.g. "h200.json: points[3].original_ms") for malformed JSON, a missing or mistyped
+/// field, a value out of range, or an incomplete grid.
+SkipProfile parse_skip_profile(std::string_view json, const std::string& source);
+
+/// Reads and parses a profile file. Throws InvalidArgument naming the path when it cannot be read.
+SkipProfile load_skip_profile(const std::filesystem::path& path);
+
+/// The profile as JSON in the format parse_skip_profile reads.
+std::string skip_profile_json(const SkipProfile& profile);
+
+/// Throws InvalidArgument ("<source>: <field>") unless `profile` is well-formed (parse_skip_profile's checks).
+void check_skip_profile(const SkipProfile& profile, const std::string& source);
+
+/// Predicted kernel gain (original_ms - wavealign_ms) of `heads` heads at (tokens, density): the measured
+/// per-head gain, interpolated bilinearly in (ln tokens, density) over the grid and clamped to its edges,
+/// times `heads`. Negative where the WaveAlign order measured slower.
+double profile_gain_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
+
+/// Predicted plan time of `heads` heads at (tokens, density): plan_ms per head, interpolated like the gain.
+double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
+
+/// The cost part of the adaptive skip from the profile, for one head of `tokens` tokens and stats.density:
+/// decide_by_gain(profile gain, profile plan cost, model), so model.plan_reuse and model.plan_cost_ms apply
+/// as they do to the simulated gain. The reason is decide_by_gain's, followed by the profile's device and
+/// the point it was read at.
+SkipDecision decide_by_profile(const MaskStats& stats, int64_t tokens, const SkipProfile& profile,
+                               const SkipModel& model);
+
+}  // namespace wavealign
