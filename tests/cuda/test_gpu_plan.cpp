@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "wavealign/schedule.h"
 #include "wavealign/simulate.h"
 #include "wavealign/skip.h"
+#include "wavealign/skip_profile.h"
 #include "wavealign/workload.h"
 
 namespace wavealign::cuda {
@@ -456,6 +458,9 @@ TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
   bad.skip_model.predict_waves = 0;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "predict_waves");
   expect_invalid([&] { GpuPlanner(1, 10, 10, config, GpuSkipProfile{"H200", "{}"}); }, "profile");
+  bad = config;
+  bad.profile = std::make_shared<const SkipProfile>();
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "profile");
 }
 
 TEST(GpuPlanArguments, PlanNamesTheArgument) {

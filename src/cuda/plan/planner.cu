@@ -92,6 +92,9 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
   WA_CHECK_ARG(profile_.empty(), "profile",
                "the gain-based skip on the GPU is not implemented yet; pass an empty profile (the statistics "
                "thresholds of skip_model decide)");
+  WA_CHECK_ARG(config.profile == nullptr, "profile",
+               "PlanConfig::profile (the CPU plan's calibrated skip) is not read by the GPU planner yet; leave it "
+               "unset (the statistics decide on the device)");
   wave_size_ = config.wave_size > 0 ? config.wave_size : gpu_model(config.gpu).slots();
 }
 
