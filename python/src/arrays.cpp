@@ -113,31 +113,32 @@ int checked_int(int64_t value, const char* argument, const char* what) {
   return static_cast<int>(value);
 }
 
-std::vector<int64_t> to_int64_vector(const AnyArray& array, const char* argument) {
+namespace {
+// A 1-D int32/int64 array as a vector of Integer; entries outside Integer's range name the argument.
+template <class Integer>
+std::vector<Integer> to_integer_vector(const AnyArray& array, const char* argument) {
   require_cpu(array, argument);
   require_type(array, argument, {ScalarType::kInt32, ScalarType::kInt64});
   require_ndim(array, argument, 1);
   const ScalarType type = scalar_type(array);
   const int64_t stride = stride_of(array, 0);
-  std::vector<int64_t> values(array.shape(0));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = integer_at(array, type, stride, i);
+  std::vector<Integer> values(array.shape(0));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t value = integer_at(array, type, stride, i);
+    WA_CHECK_ARG(value >= std::numeric_limits<Integer>::min() && value <= std::numeric_limits<Integer>::max(),
+                 argument, "entry ", i, " = ", value, " does not fit in int", 8 * sizeof(Integer));
+    values[i] = static_cast<Integer>(value);
+  }
   return values;
+}
+}  // namespace
+
+std::vector<int64_t> to_int64_vector(const AnyArray& array, const char* argument) {
+  return to_integer_vector<int64_t>(array, argument);
 }
 
 std::vector<int32_t> to_int32_vector(const AnyArray& array, const char* argument) {
-  require_cpu(array, argument);
-  require_type(array, argument, {ScalarType::kInt32, ScalarType::kInt64});
-  require_ndim(array, argument, 1);
-  const ScalarType type = scalar_type(array);
-  const int64_t stride = stride_of(array, 0);
-  std::vector<int32_t> values(array.shape(0));
-  for (size_t i = 0; i < values.size(); ++i) {
-    const int64_t value = integer_at(array, type, stride, i);
-    WA_CHECK_ARG(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(),
-                 argument, "entry ", i, " = ", value, " does not fit in int32");
-    values[i] = static_cast<int32_t>(value);
-  }
-  return values;
+  return to_integer_vector<int32_t>(array, argument);
 }
 
 }  // namespace wavealign::python

@@ -29,7 +29,7 @@ std::vector<int32_t> identity(int n) {
 
 std::vector<int32_t> shuffled(int n, uint64_t seed, int head) {
   std::vector<int32_t> order = identity(n);
-  SplitMix64 rng(seed ^ (0xD1B54A32D192ED03ull * uint64_t(head + 1)));
+  SplitMix64 rng(shuffle_seed(seed, head));
   for (int i = n - 1; i > 0; --i) std::swap(order[i], order[rng.below(uint64_t(i) + 1)]);
   return order;
 }

@@ -5,25 +5,35 @@
 #include <cmath>
 #include <cstdint>
 
+// The integer generator also runs in CUDA code (the GPU plan's shuffle), where it must draw the same numbers.
+#ifdef __CUDACC__
+#define WA_HOST_DEVICE __host__ __device__
+#else
+#define WA_HOST_DEVICE
+#endif
+
 namespace wavealign {
 
-/// One step of SplitMix64 (Steele, Lea, Flood): advances `state` and returns the next 64 random bits.
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+/// SplitMix64's finalizer: a fixed bijective mix of 64 bits, also a stateless hash (jitter streams, homes).
+WA_HOST_DEVICE constexpr uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
 }
+
+/// One step of SplitMix64 (Steele, Lea, Flood): advances `state` and returns the next 64 random bits.
+WA_HOST_DEVICE inline uint64_t splitmix64(uint64_t& state) { return mix64(state += 0x9E3779B97F4A7C15ull); }
 
 class SplitMix64 {
  public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return splitmix64(state_); }
-  /// Uniform in [0, 1) with 53 random bits.
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+  WA_HOST_DEVICE explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  WA_HOST_DEVICE uint64_t next() { return splitmix64(state_); }
+  /// Uniform in [0, 1) with 53 random bits (one rounded multiply: the same on host and device).
+  WA_HOST_DEVICE double uniform() { return double(next() >> 11) * 0x1.0p-53; }
   /// Uniform integer in [0, n).
-  uint64_t below(uint64_t n) { return uint64_t(uniform() * double(n)); }
-  /// Standard normal by Box-Muller (one of the pair; simplicity over speed).
+  WA_HOST_DEVICE uint64_t below(uint64_t n) { return uint64_t(uniform() * double(n)); }
+  /// Standard normal by Box-Muller (one of the pair; simplicity over speed). Host only: the device's log and
+  /// cos may round differently, so the GPU plan draws its start block on the host.
   double normal() {
     const double u1 = 1.0 - uniform();  // (0, 1]
     const double u2 = uniform();
@@ -33,5 +43,14 @@ class SplitMix64 {
  private:
   uint64_t state_;
 };
+
+/// Seed of head `head`'s Stage 1 start block and of its shuffled order: one stream per purpose and head, the
+/// same on the CPU and the GPU plan.
+WA_HOST_DEVICE constexpr uint64_t subspace_seed(uint64_t seed, int head) {
+  return seed ^ (0x9E3779B97F4A7C15ull * uint64_t(head + 1));
+}
+WA_HOST_DEVICE constexpr uint64_t shuffle_seed(uint64_t seed, int head) {
+  return seed ^ (0xD1B54A32D192ED03ull * uint64_t(head + 1));
+}
 
 }  // namespace wavealign

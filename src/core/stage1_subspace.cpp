@@ -100,7 +100,7 @@ Subspace centered_subspace(const BlockMask& mask, int head, int iterations, uint
   const HeadMatrix a(mask, head, HeadMatrix::cheaper_layout(nnz, rows, mask.kv_blocks()));
 
   // Seeded Gaussian start block, orthonormalized (Algorithm 1 line 3).
-  SplitMix64 rng(seed ^ (0x9E3779B97F4A7C15ull * uint64_t(head + 1)));
+  SplitMix64 rng(subspace_seed(seed, head));
   std::vector<Pair> x(rows), y(a.cols()), z(rows);
   for (Pair& v : x) v = {rng.normal(), rng.normal()};
   orthonormalize(x);

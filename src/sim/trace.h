@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/random.h"
 #include "wavealign/enums.h"
 #include "wavealign/mask.h"
 #include "wavealign/schedule.h"
@@ -180,14 +181,6 @@ class TraceGenerator {
 /// The whole trace of `simulate(mask, schedule, config)`, validated the same way.
 std::vector<Access> generate_trace(const CsrMask& mask, const Schedule& schedule, const SimConfig& config);
 
-/// splitmix64's finalizer: a fixed bijective mix, used for jitter streams and partition homes.
-constexpr uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
+using wavealign::mix64;  // jitter streams and partition homes hash through SplitMix64's finalizer
 
 }  // namespace wavealign::sim

@@ -1,5 +1,5 @@
 // Device helpers of the GPU plan: deterministic block reductions, arithmetic that must not be contracted
-// into FMAs (to round like the CPU plan), and the device side of SplitMix64.
+// into FMAs (to round like the CPU plan).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,20 +45,6 @@ __device__ inline void block_sum(T (&values)[Count], T* scratch) {
 
 /// a * b + c with the product rounded first, as the CPU (compiled without FMA contraction) computes it.
 __device__ inline double mul_add_rounded(double a, double b, double c) { return __dadd_rn(__dmul_rn(a, b), c); }
-
-/// SplitMix64 with the host generator's constants and arithmetic (core/random.h), bit for bit.
-struct DeviceSplitMix64 {
-  uint64_t state;
-  __device__ explicit DeviceSplitMix64(uint64_t seed) : state(seed) {}
-  __device__ uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  __device__ double uniform() { return __dmul_rn(double(next() >> 11), 0x1.0p-53); }
-  __device__ uint64_t below(uint64_t n) { return uint64_t(__dmul_rn(uniform(), double(n))); }
-};
 
 /// 1-D grid size for `items` work items of `per_block` each (0 when there is nothing to do).
 inline unsigned blocks_for_items(int64_t items, int per_block) {

@@ -132,7 +132,7 @@ void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
       // (component 0 first).
       std::vector<double> start(size_t(rows) * 2);
       for (int h = 0; h < heads_; ++h) {
-        SplitMix64 rng(config_.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(h + 1)));
+        SplitMix64 rng(subspace_seed(config_.seed, h));
         for (int i = 0; i < q_blocks_; ++i) {
           const size_t at = (size_t(h) * q_blocks_ + i) * 2;
           start[at] = rng.normal();

@@ -2,6 +2,7 @@
 // permutation / inverse / kernel schedule of every head.
 #include <cuda_runtime.h>
 
+#include "core/random.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
@@ -54,7 +55,7 @@ __global__ void shuffle_kernel(int q_blocks, uint64_t seed, bool in_shared, int3
   for (int i = threadIdx.x; i < q_blocks; i += blockDim.x) order[i] = i;
   __syncthreads();
   if (threadIdx.x == 0) {
-    DeviceSplitMix64 rng(seed ^ (0xD1B54A32D192ED03ull * uint64_t(head + 1)));
+    SplitMix64 rng(shuffle_seed(seed, int(head)));
     for (int i = q_blocks - 1; i > 0; --i) {
       const int j = int(rng.below(uint64_t(i) + 1));
       const int32_t t = order[i];
