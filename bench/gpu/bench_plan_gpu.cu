@@ -3,12 +3,12 @@
 // effective bandwidth (bytes of a single pass over its inputs and outputs / time). One JSON line per input
 // form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms.
 //
-// --stage1 picks Stage 1's product kernel (broadcast: the default, one warp over all columns of a row group;
+// --stage1 picks Stage 1's product kernel (tensor: the default, fixed-point input on the integer tensor cores;
 // gather: the first design; all (or its older name both): one line per kernel and input form, for comparing
 // them in one run).
 //
-//   wa_bench_plan_gpu [--heads N] [--frames F] [--repeats R] [--order NAME] [--input dense|csr|both]
-//                     [--stage1 broadcast|gather|all]
+//   wa_bench_plan_gpu [--heads N] [--frames F] [--density D] [--repeats R] [--order NAME] [--input dense|csr|both]
+//                     [--stage1 tensor|gather|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,6 +40,7 @@ using namespace wavealign;
 struct Options {
   int heads = 40;
   int frames = 401;  // 101 latent frames x 3,600 tokens = 363,600 tokens = 2,841 blocks of 128
+  double density = 0.28;  // video-mask target density
   int repeats = 20;
   Order order = Order::kWaveAlign;
   std::string input = "both";
@@ -52,6 +53,7 @@ Options parse(int argc, char** argv) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--heads") options.heads = std::stoi(value);
     else if (flag == "--frames") options.frames = std::stoi(value);
+    else if (flag == "--density") options.density = std::stod(value);
     else if (flag == "--repeats") options.repeats = std::max(1, std::stoi(value));
     else if (flag == "--order") options.order = from_string<Order>(value);
     else if (flag == "--input") options.input = value;
@@ -88,7 +90,9 @@ int main(int argc, char** argv) {
   WA_BENCH_CUDA(cudaGetDeviceProperties(&properties, device));
 
   const VideoShape shape = video_shape(ModelPreset::kWan21_14B, options.frames);
-  const BlockMask mask = video_mask(shape, options.heads, {128, 128}, {}, 1);
+  VideoMaskOptions mask_options;
+  mask_options.density = options.density;
+  const BlockMask mask = video_mask(shape, options.heads, {128, 128}, mask_options, 1);
   const int heads = mask.heads(), rows = mask.q_blocks(), cols = mask.kv_blocks();
   const int64_t total_rows = int64_t(heads) * rows;
 
@@ -127,12 +131,12 @@ int main(int argc, char** argv) {
   const double bits_t_bytes = double(heads) * cols * col_words * 8;
   const bool stage1 = config.order == Order::kS1 || config.order == Order::kWaveAlign;
 
-  if (options.stage1 != "all" && options.stage1 != "broadcast" && options.stage1 != "gather") {
-    std::fprintf(stderr, "--stage1 must be broadcast, gather or all\n");
+  if (options.stage1 != "all" && options.stage1 != "tensor" && options.stage1 != "gather") {
+    std::fprintf(stderr, "--stage1 must be tensor, gather or all\n");
     return 2;
   }
   std::vector<std::pair<std::string, std::string>> runs;  // (Stage 1 product kernel, input form)
-  for (const char* stage1_path : {"broadcast", "gather"})
+  for (const char* stage1_path : {"tensor", "gather"})
     for (const char* form : {"dense", "csr"})
       if ((options.stage1 == "all" || options.stage1 == stage1_path) &&
           (options.input == "both" || options.input == form))

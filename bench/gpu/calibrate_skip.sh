@@ -14,6 +14,8 @@
 #   FRAMES     pixel frames (4k+1)             "25 81 161 241 321 401" (L = 25,200 ... 363,600 tokens)
 #   DENSITIES  video-mask target densities     "0.02 0.05 0.1 0.2 0.28 0.4 0.57"
 #   HEADS      heads of the kernel and plan    4
+#   ORDERS     kernel row orders               "original wavealign" (validation sweeps repeat "original" to
+#                                              measure run-to-run noise: bench/gpu/validate_skip_profile.py)
 #   ITERS      timed kernel runs (median)      3
 #   REPEATS    timed plan runs (median)        5
 #   COMMIT     the measured code's commit      git rev-parse --short HEAD, else "unknown"
@@ -24,6 +26,7 @@ what=${3:-all}
 frames_list=${FRAMES:-"25 81 161 241 321 401"}
 densities=${DENSITIES:-"0.02 0.05 0.1 0.2 0.28 0.4 0.57"}
 heads=${HEADS:-4}
+orders=${ORDERS:-"original wavealign"}
 iters=${ITERS:-3}
 repeats=${REPEATS:-5}
 commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -51,7 +54,7 @@ start=$SECONDS
 for frames in $frames_list; do
   if [ "$what" != plan ]; then
     for density in $densities; do
-      for order in original wavealign; do
+      for order in $orders; do
         record "$logs/kernel.jsonl" "\"frames\": $frames, \"target_density\": $density" \
           "$attention" --model wan2.1-14b --frames "$frames" --heads "$heads" --mask video --density "$density" \
           --order "$order" --cold-l2 --warmup 1 --iters "$iters" --json
@@ -59,9 +62,11 @@ for frames in $frames_list; do
     done
   fi
   if [ "$what" != kernel ]; then
-    # bench_plan_gpu builds its video mask at its own default density (0.28); see docs/skip-profile.md.
-    record "$logs/plan.jsonl" "\"frames\": $frames" \
-      "$plan" --heads "$heads" --frames "$frames" --repeats "$repeats" --input csr --stage1 broadcast
+    for density in $densities; do
+      record "$logs/plan.jsonl" "\"frames\": $frames, \"target_density\": $density" \
+        "$plan" --heads "$heads" --frames "$frames" --density "$density" --repeats "$repeats" --input csr \
+        --stage1 tensor
+    done
   fi
   echo "frames $frames done after $((SECONDS - start)) s"
 done

@@ -92,9 +92,12 @@ def build_points(lengths):
         if len(plan_heads) != 1 or plan_heads != kernel_heads:
             dropped.append((frames, f"heads differ: kernel {sorted(kernel_heads)}, plan {sorted(plan_heads)}"))
             continue
-        plan_ms = statistics.median(row["plan_ms"] for row in entry["plan"])
         for density in densities:
             cell = entry["cells"][density]
+            # The plan measured on this cell's density; logs of older sweeps measured one density per length.
+            plan_rows = [row for row in entry["plan"] if float(row.get("target_density", -1)) == density]
+            plan_rows = plan_rows or entry["plan"]
+            plan_ms = statistics.median(row["plan_ms"] for row in plan_rows)
             points.append({
                 "tokens": entry["tokens"],
                 "density": density,
@@ -105,7 +108,7 @@ def build_points(lengths):
                 "plan_ms": plan_ms,
                 "frames": frames,
                 "measured_density": cell["original"]["density"],
-                "plan_density": entry["plan"][0]["density"],
+                "plan_density": plan_rows[0]["density"],
             })
     return points, dropped
 
@@ -193,8 +196,8 @@ def main():
         "commit": args.commit or meta.get("commit", "unknown"),
         "date": args.date or meta.get("date") or datetime.date.today().isoformat(),
         "command": "bench/gpu/calibrate_skip.sh BUILD_DIR LOG_DIR; bench/gpu/make_skip_profile.py LOG_DIR",
-        "note": "plan_ms of each length was measured once, on bench_plan_gpu's own video mask (plan_density), "
-                "and is used for every density of that length",
+        "note": "plan_ms: the GPU plan of the same heads on a video mask of the cell's target density "
+                "(plan_density: the density it reached)",
         "points": points,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,14 +4,14 @@
 //
 // Every plan() call is asynchronous on `stream`: no host synchronization, no allocation (the caller allocates
 // workspace_bytes() once), no host work that reads the mask, so a call can be captured in a CUDA graph. The
-// result equals make_plan() (SkipPolicy kNever / kAlways) up to the angle near-ties described in
-// docs/gpu-plan.md.
+// result equals make_plan() up to the angle near-ties described in docs/gpu-plan.md: every skip policy, and
+// for SkipPolicy::kAuto with a calibrated profile (PlanConfig::profile) the same heads skipped. kAuto without
+// a profile decides from the statistics alone (make_plan then simulates the gain on the CPU).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "wavealign/enums.h"
@@ -46,16 +46,7 @@ enum class GpuSkipReason : uint8_t {
   kLowDensity = 3,      ///< density < min_density
   kWavesFit = 4,        ///< mean wave working set <= wave_working_set_fit * usable L2
   kAdjacentAlike = 5,   ///< adjacent Jaccard >= max_adjacent_jaccard
-};
-
-/// Calibrated gain model of one GPU for SkipPolicy::kAuto: measured once per device, stored as JSON, read on
-/// the host once and handed to the planner. Today the device decides from SkipModel's statistics thresholds
-/// alone (decide_by_statistics); the gain part (decide_by_gain) needs this profile and is not implemented yet,
-/// so a non-empty profile is rejected rather than silently ignored.
-struct GpuSkipProfile {
-  std::string device;  // name of the GPU it was measured on
-  std::string json;    // the profile as loaded
-  bool empty() const { return device.empty() && json.empty(); }
+  kNoGain = 6,          ///< predicted gain does not pay for the plan (PlanConfig::profile, decide_by_profile)
 };
 
 /// Device outputs of one plan. permutations is required; the rest may be null (not written).
@@ -84,21 +75,28 @@ class GpuPlanner {
  public:
   /// Validates on the host (no device needed); throws InvalidArgument naming the argument ("heads",
   /// "q_blocks", "kv_blocks", "wave_size", "iterations", "skip_model", "plan_reuse", "predict_waves",
-  /// "profile"). config.threads is ignored; SkipPolicy::kAuto uses the statistics thresholds only.
-  GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig& config, GpuSkipProfile profile = {});
+  /// "tokens", or "profile: <field>" as make_plan does). config.threads is ignored.
+  /// SkipPolicy::kAuto decides each head on the device as make_plan does: the statistics thresholds first,
+  /// then, when config.profile is set, the profile's gain at (tokens(), the head's density) against its plan
+  /// cost (GpuSkipReason::kNoGain). Without a profile the statistics alone decide: make_plan's fallback, a
+  /// simulated prefix against the CPU plan's wall time, has no device counterpart.
+  GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig& config);
 
   int heads() const { return heads_; }
   int q_blocks() const { return q_blocks_; }
   int kv_blocks() const { return kv_blocks_; }
   int wave_size() const { return wave_size_; }
   const PlanConfig& config() const { return config_; }
+  /// Sequence length the profile is read at: config.tokens, or q_blocks x skip_model.kv_block when 0.
+  int64_t tokens() const { return tokens_; }
 
   /// Bytes of device workspace for this shape and config (asks CUB for its sort storage: needs a device).
   size_t workspace_bytes() const;
 
   /// One-time setup outside the hot path: writes the seeded start block of Stage 1 (SplitMix64 + Box-Muller,
-  /// exactly make_plan's) into the workspace and sets the kernels' shared-memory limits. Synchronizes
-  /// `stream`. The workspace then belongs to this planner: plan() keeps that region and overwrites the rest.
+  /// exactly make_plan's) and the flattened skip profile (when kAuto reads one) into the workspace and sets the
+  /// kernels' shared-memory limits. Synchronizes `stream`. The workspace then belongs to this planner: plan()
+  /// keeps those regions and overwrites the rest.
   void prepare(void* workspace, size_t bytes, Stream stream);
 
   /// Enqueues the whole plan on `stream`. Throws InvalidArgument naming "mask", "dense", "row_ptr",
@@ -131,7 +129,13 @@ class GpuPlanner {
   int kv_blocks_ = 0;
   int wave_size_ = 0;
   PlanConfig config_;
-  GpuSkipProfile profile_;
+  int64_t tokens_ = 0;
+  // config_.profile's grid in the layout of core/skip_profile_grid.h (ln tokens taken on the host), empty when
+  // the device makes no profile decision (no profile, or a policy other than kAuto, or the original order).
+  std::vector<double> profile_grid_;
+  int profile_token_count_ = 0;
+  int profile_density_count_ = 0;
+  double profile_log_tokens_ = 0;  // ln tokens(), on the host: the device's log may round differently
   mutable size_t sort_temp_bytes_ = 0;  // CUB's sort storage, asked on first use (the query needs a device)
   mutable bool sort_temp_known_ = false;
   const void* prepared_workspace_ = nullptr;

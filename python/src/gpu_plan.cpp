@@ -23,6 +23,7 @@
 #include "wavealign/gpu_plan.h"
 #include "wavealign/plan.h"
 #include "wavealign/skip.h"
+#include "wavealign/skip_profile.h"
 #endif
 
 namespace wavealign::python {
@@ -51,17 +52,24 @@ std::vector<T> values_of(const AnyArray& bytes, size_t count, const char* argume
   return values;
 }
 
-// The reason make_plan gives for the same decision; the device only decides from the statistics, so a head
-// that the statistics let through says that the gain check was not made.
+// The reason make_plan gives for the same decision, rebuilt on the host from the device's statistics. With a
+// profile the device read the same interpolated gain and plan cost as decide_by_profile (one shared
+// implementation, core/skip_profile_grid.h), so decide_by_profile's text states the numbers that decided.
+// Without one the device decides from the statistics alone, and a head they let through says so.
 std::string reason_of(const cuda::GpuPlanner& planner, cuda::GpuSkipReason flag, const MaskStats& stats) {
   const PlanConfig& config = planner.config();
   if (flag == cuda::GpuSkipReason::kPolicy) return "skip policy 'always'";
   if (flag == cuda::GpuSkipReason::kNone) {
     if (config.order == Order::kOriginal) return "original order requested";
     if (config.skip == SkipPolicy::kNever) return "skip policy 'never'";
-    return decide_by_statistics(stats, config.skip_model).reason +
-           "; the GPU plan decides from these statistics only (no predicted-gain check)";
+    const std::string statistics = decide_by_statistics(stats, config.skip_model).reason;
+    if (config.profile)
+      return statistics + "; " +
+             decide_by_profile(stats, planner.tokens(), *config.profile, config.skip_model).reason;
+    return statistics + "; the GPU plan decides from these statistics only (no predicted-gain check)";
   }
+  if (flag == cuda::GpuSkipReason::kNoGain && config.profile)
+    return decide_by_profile(stats, planner.tokens(), *config.profile, config.skip_model).reason;
   const SkipDecision decision = decide_by_statistics(stats, config.skip_model);
   if (decision.skipped) return decision.reason;
   // The device and the host disagree only if a statistic sits exactly on a threshold; name the device's test.
@@ -70,6 +78,7 @@ std::string reason_of(const cuda::GpuPlanner& planner, cuda::GpuSkipReason flag,
     case cuda::GpuSkipReason::kLowDensity: return "density below the skip model's minimum";
     case cuda::GpuSkipReason::kWavesFit: return "the original order's waves fit in the usable L2";
     case cuda::GpuSkipReason::kAdjacentAlike: return "adjacent rows already share their blocks";
+    case cuda::GpuSkipReason::kNoGain: return "predicted gain does not pay for the plan";
     default: return "skipped by the device's statistics";
   }
 }

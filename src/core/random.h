@@ -6,11 +6,7 @@
 #include <cstdint>
 
 // The integer generator also runs in CUDA code (the GPU plan's shuffle), where it must draw the same numbers.
-#ifdef __CUDACC__
-#define WA_HOST_DEVICE __host__ __device__
-#else
-#define WA_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace wavealign {
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/skip_profile_grid.h"
 #include "wavealign/error.h"
 
 namespace wavealign {
@@ -132,39 +133,17 @@ void check_point(const SkipProfilePoint& point, const std::string& source, size_
                "must be a finite time >= 0, got ", point.plan_ms);
 }
 
-// Bilinear in (ln tokens, density) over the grid, the query clamped to the grid's extent. `value` maps a point
-// to the per-head quantity being interpolated.
-template <class Value>
-double interpolate(const SkipProfile& profile, int64_t tokens, double density, int heads, Value value) {
+// Bilinear in (ln tokens, density) over the grid, the query clamped to the grid's extent, times `heads`: the
+// shared implementation of core/skip_profile_grid.h, which the GPU planner runs on the device.
+using PerHead = double (*)(const SkipProfileGrid& grid, double log_tokens, double density);
+
+double interpolate(const SkipProfile& profile, int64_t tokens, double density, int heads, PerHead per_head) {
   WA_CHECK_ARG(tokens >= 1, "tokens", "must be >= 1, got ", tokens);
   WA_CHECK_ARG(std::isfinite(density), "density", "must be finite, got ", density);
   WA_CHECK_ARG(heads >= 1, "heads", "must be >= 1, got ", heads);
   check_skip_profile(profile, "profile");
-  const Grid grid = make_grid(profile, "profile");
-
-  // Index of the segment [lo, lo + 1] holding x (clamped), and x's weight toward lo + 1.
-  auto locate = [](const std::vector<double>& axis, double x, size_t& lo, double& weight) {
-    x = std::clamp(x, axis.front(), axis.back());
-    if (axis.size() == 1) {
-      lo = 0;
-      weight = 0;
-      return;
-    }
-    lo = size_t(std::upper_bound(axis.begin(), axis.end(), x) - axis.begin());
-    lo = std::min(lo == 0 ? 0 : lo - 1, axis.size() - 2);
-    weight = (x - axis[lo]) / (axis[lo + 1] - axis[lo]);
-  };
-  std::vector<double> log_tokens;
-  for (int64_t t : grid.tokens) log_tokens.push_back(std::log(double(t)));
-  size_t t0 = 0, d0 = 0;
-  double wt = 0, wd = 0;
-  locate(log_tokens, std::log(double(tokens)), t0, wt);
-  locate(grid.densities, density, d0, wd);
-  const size_t t1 = std::min(t0 + 1, grid.tokens.size() - 1), d1 = std::min(d0 + 1, grid.densities.size() - 1);
-  auto at = [&](size_t t, size_t d) { return value(profile.points[size_t(grid.at(t, d))]); };
-  const double low_tokens = (1 - wd) * at(t0, d0) + wd * at(t0, d1);
-  const double high_tokens = (1 - wd) * at(t1, d0) + wd * at(t1, d1);
-  return ((1 - wt) * low_tokens + wt * high_tokens) * heads;
+  const SkipProfileGridValues values = skip_profile_grid_values(profile);
+  return per_head(values.grid(), std::log(double(tokens)), density) * heads;
 }
 
 }  // namespace
@@ -245,13 +224,33 @@ std::string skip_profile_json(const SkipProfile& profile) {
   return root.dump(1) + "\n";
 }
 
+SkipProfileGridValues skip_profile_grid_values(const SkipProfile& profile) {
+  const Grid grid = make_grid(profile, "profile");
+  SkipProfileGridValues result;
+  result.token_count = int(grid.tokens.size());
+  result.density_count = int(grid.densities.size());
+  result.values.reserve(size_t(skip_profile_grid_size(result.token_count, result.density_count)));
+  for (int64_t t : grid.tokens) result.values.push_back(std::log(double(t)));
+  result.values.insert(result.values.end(), grid.densities.begin(), grid.densities.end());
+  for (size_t t = 0; t < grid.tokens.size(); ++t)
+    for (size_t d = 0; d < grid.densities.size(); ++d) {
+      const SkipProfilePoint& p = profile.points[size_t(grid.at(t, d))];
+      result.values.push_back((p.original_ms - p.wavealign_ms) / p.heads);
+    }
+  for (size_t t = 0; t < grid.tokens.size(); ++t)
+    for (size_t d = 0; d < grid.densities.size(); ++d) {
+      const SkipProfilePoint& p = profile.points[size_t(grid.at(t, d))];
+      result.values.push_back(p.plan_ms / p.heads);
+    }
+  return result;
+}
+
 double profile_gain_ms(const SkipProfile& profile, int64_t tokens, double density, int heads) {
-  return interpolate(profile, tokens, density, heads,
-                     [](const SkipProfilePoint& p) { return (p.original_ms - p.wavealign_ms) / p.heads; });
+  return interpolate(profile, tokens, density, heads, skip_profile_gain_ms);
 }
 
 double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads) {
-  return interpolate(profile, tokens, density, heads, [](const SkipProfilePoint& p) { return p.plan_ms / p.heads; });
+  return interpolate(profile, tokens, density, heads, skip_profile_plan_ms);
 }
 
 SkipDecision decide_by_profile(const MaskStats& stats, int64_t tokens, const SkipProfile& profile,

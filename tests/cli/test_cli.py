@@ -109,3 +109,61 @@ def test_malformed_mask_file_exits_2(cli, tmp_path):
     result = cli("reorder", "--mask", bad, "--out", tmp_path / "p.npy", check=False)
     assert result.returncode == 2
     assert "bad.npy" in result.stderr
+
+
+def write_profile(path):
+    """A 2 x 2 grid: per-head gain -0.1 / 0.3 ms at L = 1,000 and 0.1 / 2.0 ms at L = 4,000 (densities 0.1 /
+    0.5), plan 0.5 ms per head everywhere."""
+    cells = {(1000, 0.1): -0.1, (1000, 0.5): 0.3, (4000, 0.1): 0.1, (4000, 0.5): 2.0}
+    points = [{"tokens": t, "density": d, "mask": "video", "heads": 2, "original_ms": 10.0,
+               "wavealign_ms": 10.0 - 2 * gain, "plan_ms": 1.0} for (t, d), gain in cells.items()]
+    path.write_text(json.dumps({"format": "wavealign-skip-profile", "version": 1, "device": "test GPU",
+                                "commit": "abc", "date": "2026-11-29", "points": points}))
+    return path
+
+
+def test_skip_reads_the_profile_and_interpolates(cli, tmp_path):
+    profile = write_profile(tmp_path / "profile.json")
+    result = cli("skip", "--profile", profile, "--tokens", "1000,2000,4000", "--density", "0.1,0.3,0.5", "--json")
+    report = json.loads(result.stdout)
+    assert report["device"] == "test GPU"
+    decisions = {(row["tokens"], row["density"]): row for row in report["decisions"]}
+    assert len(decisions) == 9
+    # Grid points give the measured per-head values; L = 2,000 is the midpoint in ln L, density 0.3 in density.
+    assert decisions[(1000, 0.1)]["gain_ms"] == pytest.approx(-0.1)
+    assert decisions[(4000, 0.5)]["gain_ms"] == pytest.approx(2.0)
+    assert decisions[(2000, 0.3)]["gain_ms"] == pytest.approx((-0.1 + 0.3 + 0.1 + 2.0) / 4)
+    assert all(row["plan_ms"] == pytest.approx(0.5) for row in decisions.values())
+    assert decisions[(1000, 0.1)]["skipped"] and decisions[(1000, 0.5)]["skipped"]
+    assert not decisions[(4000, 0.5)]["skipped"] and not decisions[(2000, 0.3)]["skipped"]
+    assert "test GPU" in decisions[(2000, 0.3)]["reason"]
+    # Half a call per plan halves the gain that pays for the plan: 0.575 x 0.5 < 0.5.
+    halved = json.loads(cli("skip", "--profile", profile, "--tokens", "2000", "--density", "0.3",
+                            "--plan-reuse", "0.5", "--json").stdout)
+    assert halved["decisions"][0]["skipped"]
+    # The printed gain covers --heads heads; the decision stays per head.
+    four = json.loads(cli("skip", "--profile", profile, "--tokens", "4000", "--density", "0.5", "--heads", "4",
+                          "--json").stdout)["decisions"][0]
+    assert four["gain_ms"] == pytest.approx(8.0) and not four["skipped"]
+    table = cli("skip", "--profile", profile, "--tokens", "1000", "--density", "0.1").stdout
+    assert "skip" in table.splitlines()[-1]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--tokens", "1000", "--density", "1.5"], "--density"),
+    (["--tokens", "0", "--density", "0.2"], "--tokens"),
+    (["--tokens", "1000", "--density", "0.2", "--plan-reuse", "0"], "--plan-reuse"),
+])
+def test_skip_rejects_bad_queries(cli, tmp_path, args, named):
+    profile = write_profile(tmp_path / "profile.json")
+    result = cli("skip", "--profile", profile, *args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr
+
+
+def test_skip_names_a_malformed_profile(cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "wavealign-skip-profile", "version": 1, "device": "x", "points": []}')
+    result = cli("skip", "--profile", bad, "--tokens", "1000", "--density", "0.2", check=False)
+    assert result.returncode == 2
+    assert "bad.json" in result.stderr

@@ -1,6 +1,6 @@
 // The GPU plan against the CPU plan: every order, dense and CSR inputs, partial shapes, empty rows and masks,
-// statistics and skip flags, graph capture, the plan cache, and the host-side argument checks (which run
-// without a device).
+// statistics and skip flags (with and without a calibrated skip profile), graph capture, the plan cache, and
+// the host-side argument checks (which run without a device).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -282,7 +282,7 @@ TEST(GpuPlan, VideoMaskBothHeadOrders) {
   }
 }
 
-// Selects Stage 1's product kernel for the planners created and run in its scope ("broadcast" or "gather",
+// Selects Stage 1's product kernel for the planners created and run in its scope ("tensor" or "gather",
 // read by every plan() call), then restores the previous setting.
 class ProductPathScope {
  public:
@@ -307,14 +307,14 @@ class ProductPathScope {
 
 TEST(GpuPlan, AllProductKernelsMatchTheCpu) {
   WA_REQUIRE_GPU();
-  // 1,500 x 1,300 spans two broadcast blocks per head (1,024 rows each) and ends in partial warps, lanes and
-  // words (1,300 = 20 x 64 + 20); 137 x 70 has a partial last word in both bit arrays; the video mask is the
+  // 1,500 x 1,300 ends in partial tensor blocks (128 rows), warps (16 rows), 32-column chunks and words
+  // (1,300 = 20 x 64 + 20); 137 x 70 has a partial last word in both bit arrays; the video mask is the
   // benchmark's kind of mask at a smaller size.
   const BlockMask large = test_support::bernoulli_mask(2, 1500, 1300, 0.28, 17);
   const BlockMask partial = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
   const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
   const BlockMask video = video_mask(shape, 4, {128, 128}, {}, 7);
-  for (const char* path : {"broadcast", "gather"}) {
+  for (const char* path : {"tensor", "gather"}) {
     const ProductPathScope scope(path);
     for (Order order : {Order::kS1, Order::kWaveAlign}) {
       PlanConfig config;
@@ -433,6 +433,194 @@ TEST(GpuPlan, GraphCaptureAndCache) {
   cudaStreamDestroy(stream);
 }
 
+// ---- the calibrated skip profile (PlanConfig::profile) on the device ---------------------------------
+
+// A synthetic 3 x 4 grid measured with 4 heads. Per head (ms):
+//                 gain at density 0.05   0.1     0.2    0.4      plan
+//   L =  25,600                  -0.2   -0.1    0.02   0.1      0.1
+//   L =  51,200                  -0.1   -0.05   0.3    0.8      0.15
+//   L = 204,800                  -0.05   0.1    0.9    2.0      0.4
+// An 800-row mask at 128-token blocks is read at L = 102,400, halfway between the last two lengths in ln L:
+// gain -0.075, 0.025, 0.6, 1.4 at the four densities against a plan of 0.275, so the break-even density
+// (gain = plan) is near 0.145 with one reuse and near 0.12 with two.
+SkipProfile synthetic_profile() {
+  const int64_t lengths[] = {25600, 51200, 204800};
+  const double densities[] = {0.05, 0.1, 0.2, 0.4};
+  const double gain[3][4] = {{-0.2, -0.1, 0.02, 0.1}, {-0.1, -0.05, 0.3, 0.8}, {-0.05, 0.1, 0.9, 2.0}};
+  const double plan[3] = {0.1, 0.15, 0.4};
+  constexpr int kHeads = 4;
+  constexpr double kOriginalMs = 10;  // above 4 x the largest gain, so the WaveAlign time stays positive
+  SkipProfile profile;
+  profile.device = "Synthetic GPU";
+  profile.mask = "video";
+  for (int t = 0; t < 3; ++t)
+    for (int d = 0; d < 4; ++d)
+      profile.points.push_back({lengths[t], densities[d], "video", kHeads, kOriginalMs,
+                                kOriginalMs - kHeads * gain[t][d], kHeads * plan[t]});
+  return profile;
+}
+
+// 7 heads x 800 x 800 of Bernoulli rows, one density per head. Heads 0-4 pass every statistics test (800 KV
+// blocks = 50 MiB and waves of 132 rows touch nearly all of them, against 30 MiB of usable L2; random rows
+// share few blocks), so the profile decides them: densities 0.03 and 0.08 have a negative gain, 0.13 gains
+// 0.20 ms against 0.275 ms of plan, 0.18 and 0.3 pay. Head 5 (density 0.01) is below min_density, head 6
+// touches 100 KV blocks (6.25 MiB, fits in the L2): the statistics skip them before the profile is read.
+constexpr double kHeadDensity[] = {0.03, 0.08, 0.13, 0.18, 0.3, 0.01, 0.3};
+constexpr int kProfileRows = 800;
+
+BlockMask mixed_density_mask() {
+  const int heads = int(std::size(kHeadDensity));
+  BlockMask mask(heads, kProfileRows, kProfileRows);
+  for (int h = 0; h < heads; ++h) {
+    const int columns = h == 6 ? 100 : kProfileRows;
+    const BlockMask one = test_support::bernoulli_mask(1, kProfileRows, columns, kHeadDensity[h], 40 + h);
+    for (int i = 0; i < kProfileRows; ++i)
+      for (int j = 0; j < columns; ++j)
+        if (one.test(0, i, j)) mask.set(h, i, j);
+  }
+  return mask;
+}
+
+PlanConfig profile_config(Order order) {
+  PlanConfig config;
+  config.order = order;
+  config.skip = SkipPolicy::kAuto;
+  config.profile = std::make_shared<const SkipProfile>(synthetic_profile());
+  return config;
+}
+
+// One planner and its prepared workspace, planning several times: the profile that prepare() copied into
+// the workspace must survive every plan() call.
+class PreparedPlanner {
+ public:
+  PreparedPlanner(const BlockMask& mask, const PlanConfig& config)
+      : planner_(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config), workspace_(planner_.workspace_bytes()) {
+    planner_.prepare(workspace_.get(), workspace_.count(), nullptr);
+  }
+  GpuResult run(const BlockMask& mask, Form form, HeadOrder head_order = HeadOrder::kSequential) {
+    DeviceMaskCopy device_mask(mask, form);
+    GpuOutputs outputs(mask.heads(), mask.q_blocks());
+    EXPECT_TRUE(planner_.plan(device_mask.view, outputs.view(head_order), workspace_.get(), nullptr));
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+    return outputs.download();
+  }
+
+ private:
+  GpuPlanner planner_;
+  DeviceArray<uint8_t> workspace_;
+};
+
+bool decided_by_profile(const HeadPlan& head_plan) {
+  return head_plan.skip.reason.find("(profile of ") != std::string::npos;
+}
+
+// The GPU plan of `mask` under `config` (dense and CSR, one planner) against make_plan: the same heads
+// skipped, kNoGain exactly where the CPU's reason came from the profile, statistics, and the permutations of
+// every head (equal wherever the CPU's angles are separated). Returns the CPU's skip flags.
+std::vector<bool> expect_profile_skips_like_the_cpu(const BlockMask& mask, const PlanConfig& config,
+                                                    const std::string& label) {
+  const Plan cpu = make_plan(mask, config);
+  const GpuModel gpu_preset = gpu_model(config.gpu);
+  PreparedPlanner planner(mask, config);
+  const int rows = mask.q_blocks();
+  std::vector<bool> skipped(size_t(mask.heads()));
+  for (Form form : {Form::kDense, Form::kCsr}) {
+    const GpuResult gpu = planner.run(mask, form);
+    for (int h = 0; h < mask.heads(); ++h) {
+      const HeadPlan& expected = cpu.head_plans[h];
+      const std::string where = label + (form == Form::kDense ? " dense" : " csr") + " head " + std::to_string(h) +
+                                ": CPU says \"" + expected.skip.reason + "\"";
+      skipped[size_t(h)] = expected.skip.skipped;
+      expect_stats_equal(gpu.stats[h], mask_stats(mask, h, gpu_preset, config.skip_model), where);
+      EXPECT_EQ(gpu.skip[h] != uint8_t(GpuSkipReason::kNone), expected.skip.skipped) << where;
+      if (expected.skip.skipped)
+        EXPECT_EQ(gpu.skip[h] == uint8_t(GpuSkipReason::kNoGain), decided_by_profile(expected)) << where;
+      const std::vector<int32_t> gpu_head(gpu.permutations.begin() + ptrdiff_t(h) * rows,
+                                          gpu.permutations.begin() + ptrdiff_t(h + 1) * rows);
+      if (expected.skip.skipped || config.order == Order::kS2 || well_separated(mask, h, config))
+        EXPECT_EQ(gpu_head, expected.permutation) << where;
+    }
+  }
+  return skipped;
+}
+
+TEST(GpuPlanProfile, SkipsTheHeadsTheCpuPlanSkips) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = mixed_density_mask();
+  for (Order order : {Order::kWaveAlign, Order::kS2}) {
+    const PlanConfig config = profile_config(order);
+    const std::vector<bool> skipped =
+        expect_profile_skips_like_the_cpu(mask, config, "order " + std::string(to_string(order)));
+    // Every path occurs: the profile skips heads 0-2 (negative gain, gain below the plan cost), applies 3-4;
+    // the statistics skip 5-6.
+    EXPECT_EQ(skipped, (std::vector<bool>{true, true, true, false, false, true, true}));
+    const Plan cpu = make_plan(mask, config);
+    for (int h : {0, 1, 2, 3, 4}) EXPECT_TRUE(decided_by_profile(cpu.head_plans[h])) << cpu.head_plans[h].skip.reason;
+    for (int h : {5, 6}) EXPECT_FALSE(decided_by_profile(cpu.head_plans[h])) << cpu.head_plans[h].skip.reason;
+  }
+}
+
+TEST(GpuPlanProfile, PlanReuseCostAndLengthChangeTheDecision) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = mixed_density_mask();
+  const PlanConfig base = profile_config(Order::kS2);
+  struct Case {
+    const char* label;
+    PlanConfig config;
+    std::vector<bool> skipped;
+  };
+  std::vector<Case> cases;
+  // Two reuses: head 2's 0.20 ms gain, counted twice, exceeds its 0.275 ms plan.
+  cases.push_back({"plan_reuse 2", base, {true, true, false, false, false, true, true}});
+  cases.back().config.skip_model.plan_reuse = 2;
+  // No amount of reuse makes a negative gain pay (heads 0 and 1).
+  cases.push_back({"plan_reuse 1e6", base, {true, true, false, false, false, true, true}});
+  cases.back().config.skip_model.plan_reuse = 1e6;
+  // A fixed plan cost replaces the profile's: a huge one skips every head the profile decides, a free plan
+  // applies every positive gain.
+  cases.push_back({"plan_cost_ms 1e6", base, {true, true, true, true, true, true, true}});
+  cases.back().config.skip_model.plan_cost_ms = 1e6;
+  cases.push_back({"plan_cost_ms 0", base, {true, true, false, false, false, true, true}});
+  cases.back().config.skip_model.plan_cost_ms = 0;
+  // Read at 25,600 tokens the gains are at most 0.06 ms against a 0.1 ms plan: every profile head skips.
+  cases.push_back({"tokens 25600", base, {true, true, true, true, true, true, true}});
+  cases.back().config.tokens = 25600;
+  for (const Case& c : cases)
+    EXPECT_EQ(expect_profile_skips_like_the_cpu(mask, c.config, c.label), c.skipped) << c.label;
+}
+
+TEST(GpuPlanProfile, GraphReplayReadsTheProfile) {
+  WA_REQUIRE_GPU();
+  // The profile decision reads only the workspace that prepare() filled: a captured plan replays it.
+  const BlockMask mask = mixed_density_mask();
+  const PlanConfig config = profile_config(Order::kS2);
+  GpuPlanner planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config);
+  cudaStream_t stream = nullptr;
+  WA_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t bytes = planner.workspace_bytes();
+  DeviceArray<uint8_t> workspace(bytes);
+  planner.prepare(workspace.get(), bytes, stream);
+  DeviceMaskCopy device_mask(mask, Form::kCsr);
+  GpuOutputs captured(mask.heads(), mask.q_blocks());
+  WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  WA_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  EXPECT_TRUE(planner.plan(device_mask.view, captured.view(HeadOrder::kSequential), workspace.get(), stream));
+  WA_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+  WA_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+  WA_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  const GpuResult replayed = captured.download();
+  const Plan cpu = make_plan(mask, config);
+  for (int h = 0; h < mask.heads(); ++h)
+    EXPECT_EQ(replayed.skip[h] != uint8_t(GpuSkipReason::kNone), cpu.head_plans[h].skip.skipped) << "head " << h;
+  EXPECT_EQ(replayed.permutations, cpu.permutations());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // ---- host-side argument checks: no device needed -------------------------------------------------------
 
 TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
@@ -457,10 +645,44 @@ TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
   bad = config;
   bad.skip_model.predict_waves = 0;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "predict_waves");
-  expect_invalid([&] { GpuPlanner(1, 10, 10, config, GpuSkipProfile{"H200", "{}"}); }, "profile");
   bad = config;
-  bad.profile = std::make_shared<const SkipProfile>();
-  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "profile");
+  bad.tokens = -1;
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "tokens");
+}
+
+TEST(GpuPlanArguments, ConstructorChecksTheProfileLikeMakePlan) {
+  // The profile is checked whatever the policy, as make_plan checks it; errors name "profile: <field>".
+  for (SkipPolicy policy : {SkipPolicy::kAuto, SkipPolicy::kNever}) {
+    PlanConfig config;
+    config.skip = policy;
+    config.profile = std::make_shared<const SkipProfile>();
+    expect_invalid([&] { GpuPlanner(1, 10, 10, config); }, "profile: device");
+    SkipProfile hole = synthetic_profile();
+    hole.points.pop_back();
+    config.profile = std::make_shared<const SkipProfile>(hole);
+    expect_invalid([&] { GpuPlanner(1, 10, 10, config); }, "profile: points");
+    SkipProfile negative = synthetic_profile();
+    negative.points[1].plan_ms = -1;
+    config.profile = std::make_shared<const SkipProfile>(negative);
+    expect_invalid([&] { GpuPlanner(1, 10, 10, config); }, "profile: points[1].plan_ms");
+  }
+}
+
+TEST(GpuPlanArguments, WorkspaceHoldsTheProfileWhenKAutoReadsIt) {
+  // Order S2 has no Stage 1, so workspace_bytes() needs no device.
+  PlanConfig config;
+  config.order = Order::kS2;
+  config.skip = SkipPolicy::kAuto;
+  const size_t without = GpuPlanner(2, 300, 300, config).workspace_bytes();
+  config.profile = std::make_shared<const SkipProfile>(synthetic_profile());
+  const GpuPlanner with_profile(2, 300, 300, config);
+  // 3 lengths + 4 densities + 2 x 12 cells = 31 doubles, rounded up to the 256-byte alignment.
+  EXPECT_EQ(with_profile.workspace_bytes(), without + 256);
+  EXPECT_EQ(with_profile.tokens(), 300 * 128);
+  config.tokens = 51200;
+  EXPECT_EQ(GpuPlanner(2, 300, 300, config).tokens(), 51200);
+  config.skip = SkipPolicy::kNever;  // the profile is not read: no region for it
+  EXPECT_EQ(GpuPlanner(2, 300, 300, config).workspace_bytes(), without);
 }
 
 TEST(GpuPlanArguments, PlanNamesTheArgument) {

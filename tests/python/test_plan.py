@@ -210,3 +210,6 @@ def test_gpu_plan_decisions_read_back_like_the_cpu_plan(rng):
     for name in layout.names:
         assert decoded[name] == cpu.stats[name]
     assert np.isnan(decoded["total_plan_ms"]) and decoded["wave_size"] == 16 and decoded["order"] == "wavealign"
+    # kNoGain (6) comes from a calibrated profile, which this planner does not have: the flag's own text.
+    skipped, reasons, _ = planner.decode(stats.view(np.uint8), np.array([2, 6, 3], np.uint8))
+    assert skipped == [True, True, True] and reasons[1] == "predicted gain does not pay for the plan"

@@ -14,5 +14,6 @@ Runner add_simulate(CLI::App& app);
 Runner add_reorder(CLI::App& app);
 Runner add_viz(CLI::App& app);
 Runner add_generate(CLI::App& app);
+Runner add_skip(CLI::App& app);
 
 }  // namespace wavealign::cli

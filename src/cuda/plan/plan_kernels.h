@@ -23,9 +23,11 @@ struct PlanShape {
   int64_t rows() const { return int64_t(heads) * q_blocks; }
 };
 
-/// Byte offsets into the workspace, each 256-aligned. `start` comes first and survives plan() calls.
+/// Byte offsets into the workspace, each 256-aligned. `start` and `profile` come first and survive plan()
+/// calls (prepare() writes them).
 struct WorkspaceLayout {
   size_t start = 0;        // double2 [H*MB]: Gaussian start block of Stage 1
+  size_t profile = 0;      // double [skip_profile_grid_size(T, D)]: the skip profile's grid (kAuto with a profile)
   size_t bits = 0;         // uint64 [H*MB*row_words]
   size_t bits_t = 0;       // uint64 [H*NB*col_words] (Stage 1 only)
   size_t col_count = 0;    // double [H*NB]
@@ -33,6 +35,8 @@ struct WorkspaceLayout {
   size_t x = 0;            // double2 [H*MB]
   size_t y = 0;            // double2 [H*NB]
   size_t z = 0;            // double2 [H*MB]
+  size_t digits = 0;       // uint4 [H * 2 * max(row_words, col_words) * 32] (Stage 1 tensor products)
+  size_t shift = 0;        // double2 [H] (Stage 1)
   size_t keys_in = 0;      // double [H*MB]: polar angles
   size_t keys_out = 0;     // double [H*MB]
   size_t vals_in = 0;      // int32 [H*MB]: row index within the head
@@ -50,8 +54,10 @@ struct WorkspaceLayout {
 
 bool needs_stage1(Order order);
 
-/// Layout for `shape`, with sort_temp_bytes() of CUB storage (host arithmetic only).
-WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes);
+/// Layout for `shape`, with sort_temp_bytes() of CUB storage and `profile_values` doubles of skip profile grid
+/// (host arithmetic only).
+WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes,
+                                 size_t profile_values);
 
 // ---- bitpack.cu ----
 void launch_pack_dense(const PlanShape& shape, const uint8_t* dense, uint64_t* bits, cudaStream_t stream);
@@ -68,9 +74,16 @@ struct StatsParams {
   double working_set_fit = 1, min_density = 0, wave_working_set_fit = 1, max_adjacent_jaccard = 1;
   SkipPolicy policy = SkipPolicy::kNever;
   bool original_order = false;  // Order::kOriginal: never "skipped" unless the policy is kAlways
+  // The gain part of kAuto (decide_by_profile) for heads the statistics let through; off when profile is null.
+  const double* profile = nullptr;  // device copy of the grid, core/skip_profile_grid.h's layout
+  int profile_token_count = 0, profile_density_count = 0;
+  double log_tokens = 0;            // ln of the sequence length, computed on the host
+  double plan_reuse = 1;
+  double plan_cost_ms = -1;         // >= 0 replaces the profile's plan cost
 };
 /// row_nnz, Jaccard, wave unions and touched blocks, then per head MaskStats (when `stats` is set) and the
-/// skip reason into skip (and skip_out when set).
+/// skip reason into skip (and skip_out when set): decide_by_statistics, then the profile's gain against its
+/// plan cost when params.profile is set.
 void launch_stats(const PlanShape& shape, const StatsParams& params, const uint64_t* bits, int32_t* row_nnz,
                   double* jaccard, long long* wave_union, uint64_t* touched, uint8_t* skip, MaskStats* stats,
                   uint8_t* skip_out, cudaStream_t stream);
@@ -87,13 +100,15 @@ struct SubspaceBuffers {
   double* keys;    // polar angle per row
   int32_t* index;  // row index within the head (the sort's values)
   int32_t* offsets;
+  uint4* digits;    // the tensor products' fixed-point input digits (tensor_digit_bytes)
+  double2* shift;   // [H]: the centering sum of the current product's input
 };
-/// How Stage 1's mask products run (subspace.cu explains each with numbers). kBroadcast, the default: lanes
-/// own rows and add broadcast columns (dense work, no shared-memory gathers; 175 us per product measured at
-/// 40 x 2,841). kGather: one warp per row gathers the set bits' entries (the first design, ~300 us). Read from
-/// the environment variable kProductPathVariable ("gather" selects kGather, anything else or unset
-/// kBroadcast) at each plan() call, so a benchmark or a test can run both in one process.
-enum class ProductPath { kBroadcast, kGather };
+/// How Stage 1's mask products run (subspace.cu explains each with numbers). kTensor, the default: the input
+/// in 64-bit fixed point, multiplied exactly by the 0/1 mask with integer mma.sync. kGather: one warp per row
+/// gathers the set bits' entries in double (the first design, ~300 us per product at 40 x 2,841). Read from
+/// the environment variable kProductPathVariable ("gather" selects kGather, anything else or unset kTensor)
+/// at each plan() call, so a benchmark or a test can run both in one process.
+enum class ProductPath { kTensor, kGather };
 constexpr const char* kProductPathVariable = "WA_PLAN_STAGE1_PRODUCTS";
 ProductPath product_path();
 
@@ -102,6 +117,8 @@ ProductPath product_path();
 void launch_subspace(const PlanShape& shape, int iterations, const SubspaceBuffers& buffers, int shared_limit,
                      cudaStream_t stream);
 void set_subspace_shared_limit(int bytes);
+/// Bytes of SubspaceBuffers::digits for `shape`: 512 per 32 columns of the wider input, per head.
+size_t tensor_digit_bytes(const PlanShape& shape);
 
 // ---- sort.cu ----
 /// CUB storage of the segmented sort of H segments of MB doubles (0 when nothing is sorted).

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <vector>
 
 #include "core/random.h"
+#include "core/skip_profile_grid.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/plan/plan_kernels.h"
 #include "wavealign/error.h"
@@ -20,7 +22,8 @@ namespace plan {
 
 bool needs_stage1(Order order) { return order == Order::kS1 || order == Order::kWaveAlign; }
 
-WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes) {
+WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes,
+                                 size_t profile_values) {
   constexpr size_t kAlign = 256;
   WorkspaceLayout layout;
   size_t cursor = 0;
@@ -34,6 +37,7 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
   const bool stage1 = needs_stage1(order);
   const size_t stage1_rows = stage1 ? rows : 0, stage1_columns = stage1 ? columns : 0;
   layout.start = take(stage1_rows * 16);
+  layout.profile = take(profile_values * 8);
   layout.bits = take(rows * size_t(shape.row_words) * 8);
   layout.bits_t = take(stage1_columns * size_t(shape.col_words) * 8);
   layout.col_count = take(stage1_columns * 8);
@@ -41,6 +45,8 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
   layout.x = take(stage1_rows * 16);
   layout.y = take(stage1_columns * 16);
   layout.z = take(stage1_rows * 16);
+  layout.digits = take(stage1 ? tensor_digit_bytes(shape) : 0);
+  layout.shift = take(stage1 ? heads * 16 : 0);
   layout.keys_in = take(stage1_rows * 8);
   layout.keys_out = take(stage1_rows * 8);
   layout.vals_in = take(stage1_rows * 4);
@@ -73,8 +79,8 @@ bool same_outputs(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
 
 }  // namespace
 
-GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig& config, GpuSkipProfile profile)
-    : heads_(heads), q_blocks_(q_blocks), kv_blocks_(kv_blocks), config_(config), profile_(std::move(profile)) {
+GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig& config)
+    : heads_(heads), q_blocks_(q_blocks), kv_blocks_(kv_blocks), config_(config) {
   WA_CHECK_ARG(heads >= 0 && heads <= kMaxGridDim, "heads", "must be in [0, ", kMaxGridDim, "], got ", heads);
   WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
   WA_CHECK_ARG(kv_blocks >= 0 && kv_blocks <= kMaxKvBlocks, "kv_blocks", "must be in [0, ", kMaxKvBlocks, "], got ",
@@ -89,13 +95,20 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
                "head_dim, element_bytes and kv_block must be positive");
   WA_CHECK_ARG(model.plan_reuse > 0, "plan_reuse", "must be > 0, got ", model.plan_reuse);
   WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
-  WA_CHECK_ARG(profile_.empty(), "profile",
-               "the gain-based skip on the GPU is not implemented yet; pass an empty profile (the statistics "
-               "thresholds of skip_model decide)");
-  WA_CHECK_ARG(config.profile == nullptr, "profile",
-               "PlanConfig::profile (the CPU plan's calibrated skip) is not read by the GPU planner yet; leave it "
-               "unset (the statistics decide on the device)");
+  WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
+  if (config.profile) check_skip_profile(*config.profile, "profile");
   wave_size_ = config.wave_size > 0 ? config.wave_size : gpu_model(config.gpu).slots();
+  tokens_ = config.tokens > 0 ? config.tokens : int64_t(q_blocks) * model.kv_block;
+  // make_plan reads the profile only under kAuto and never for the original order; the device does the same.
+  if (config.profile && config.skip == SkipPolicy::kAuto && config.order != Order::kOriginal) {
+    SkipProfileGridValues grid = skip_profile_grid_values(*config.profile);
+    profile_grid_ = std::move(grid.values);
+    profile_token_count_ = grid.token_count;
+    profile_density_count_ = grid.density_count;
+    // tokens_ is 0 only without rows; then every head's working set is 0 bytes, the statistics skip it, and
+    // ln 0 = -inf (which would clamp to the shortest length) is never read.
+    profile_log_tokens_ = std::log(double(tokens_));
+  }
 }
 
 size_t GpuPlanner::workspace_bytes() const {
@@ -109,7 +122,7 @@ size_t GpuPlanner::workspace_bytes() const {
   shape.kv_blocks = kv_blocks_;
   shape.row_words = (kv_blocks_ + 63) / 64;
   shape.col_words = (q_blocks_ + 63) / 64;
-  return plan::workspace_layout(shape, config_.order, sort_temp_bytes_).total;
+  return plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size()).total;
 }
 
 size_t plan_workspace_bytes(int heads, int q_blocks, int kv_blocks, const PlanConfig& config) {
@@ -124,6 +137,10 @@ void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   max_dynamic_shared_bytes_ = std::max(48 << 10, optin - kStaticSharedReserve);
+  const plan::WorkspaceLayout layout = plan::workspace_layout(
+      {heads_, q_blocks_, kv_blocks_, (kv_blocks_ + 63) / 64, (q_blocks_ + 63) / 64, wave_size_, 1},
+      config_.order, sort_temp_bytes_, profile_grid_.size());
+  char* base = static_cast<char*>(workspace);
   if (plan::needs_stage1(config_.order)) {
     plan::set_subspace_shared_limit(max_dynamic_shared_bytes_);
     const int64_t rows = int64_t(heads_) * q_blocks_;
@@ -139,13 +156,13 @@ void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
           start[at + 1] = rng.normal();
         }
       }
-      const plan::WorkspaceLayout layout = plan::workspace_layout(
-          {heads_, q_blocks_, kv_blocks_, (kv_blocks_ + 63) / 64, (q_blocks_ + 63) / 64, wave_size_, 1},
-          config_.order, sort_temp_bytes_);
-      WA_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + layout.start, start.data(),
-                                    start.size() * sizeof(double), cudaMemcpyHostToDevice, stream));
+      WA_CUDA_CHECK(cudaMemcpyAsync(base + layout.start, start.data(), start.size() * sizeof(double),
+                                    cudaMemcpyHostToDevice, stream));
     }
   }
+  if (!profile_grid_.empty())
+    WA_CUDA_CHECK(cudaMemcpyAsync(base + layout.profile, profile_grid_.data(), profile_grid_.size() * sizeof(double),
+                                  cudaMemcpyHostToDevice, stream));
   WA_CUDA_CHECK(cudaStreamSynchronize(stream));
   prepared_workspace_ = workspace;
 }
@@ -181,7 +198,8 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
   shape.wave_size = wave_size_;
   const GpuModel gpu = gpu_model(config_.gpu);
   shape.stats_wave = gpu.slots();
-  const plan::WorkspaceLayout layout = plan::workspace_layout(shape, config_.order, sort_temp_bytes_);
+  const plan::WorkspaceLayout layout =
+      plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size());
   char* base = static_cast<char*>(workspace);
   auto at = [&](size_t offset) { return static_cast<void*>(base + offset); };
   auto mark = [&](int k) {
@@ -213,6 +231,14 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
   params.max_adjacent_jaccard = model.max_adjacent_jaccard;
   params.policy = config_.skip;
   params.original_order = config_.order == Order::kOriginal;
+  if (!profile_grid_.empty()) {
+    params.profile = static_cast<const double*>(at(layout.profile));
+    params.profile_token_count = profile_token_count_;
+    params.profile_density_count = profile_density_count_;
+    params.log_tokens = profile_log_tokens_;
+    params.plan_reuse = model.plan_reuse;
+    params.plan_cost_ms = model.plan_cost_ms;
+  }
   plan::launch_stats(shape, params, bits, row_nnz, static_cast<double*>(at(layout.jaccard)),
                      static_cast<long long*>(at(layout.wave_union)), static_cast<uint64_t*>(at(layout.touched)), skip,
                      outputs.stats, outputs.skip, stream);
@@ -232,6 +258,8 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
     buffers.keys = static_cast<double*>(at(layout.keys_in));
     buffers.index = static_cast<int32_t*>(at(layout.vals_in));
     buffers.offsets = static_cast<int32_t*>(at(layout.offsets));
+    buffers.digits = static_cast<uint4*>(at(layout.digits));
+    buffers.shift = static_cast<double2*>(at(layout.shift));
     plan::launch_subspace(shape, config_.iterations, buffers, max_dynamic_shared_bytes_, stream);
   }
   mark(3);

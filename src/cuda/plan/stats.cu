@@ -1,7 +1,9 @@
 // Mask statistics of the adaptive skip (mask_stats in core/skip.cpp, same definitions) and the per-head
-// statistics decision (decide_by_statistics), on the bit-packed rows.
+// decision on the bit-packed rows: the statistics (decide_by_statistics), then the calibrated profile's gain
+// against its plan cost (decide_by_profile) for the heads they let through.
 #include <cuda_runtime.h>
 
+#include "core/skip_profile_grid.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
@@ -58,6 +60,18 @@ __global__ void wave_union_kernel(const uint64_t* __restrict__ bits, int heads, 
   atomicOr(&touched[head * row_words + word], (unsigned long long)united);
 }
 
+// decide_by_profile's rule on the device: reorder only when the per-head gain, times the calls that reuse the
+// plan, exceeds the plan cost. The grid's reads and arithmetic are the CPU's own (core/skip_profile_grid.h),
+// so both sides compare the same two numbers.
+__device__ bool profile_pays(const StatsParams& params, double density) {
+  const SkipProfileGrid grid =
+      skip_profile_grid(params.profile, params.profile_token_count, params.profile_density_count);
+  const double gain_ms = skip_profile_gain_ms(grid, params.log_tokens, density);
+  const double cost_ms =
+      params.plan_cost_ms >= 0 ? params.plan_cost_ms : skip_profile_plan_ms(grid, params.log_tokens, density);
+  return rounded_mul(gain_ms, params.plan_reuse) > cost_ms;
+}
+
 // One block per head: the statistics and the skip reason. The Jaccard mean is summed by one thread in row
 // order, like the CPU, so it matches mask_stats() bit for bit (2,841 adds: about 10 us, once per plan).
 __global__ void finalize_kernel(const int32_t* __restrict__ row_nnz, const double* __restrict__ jaccard,
@@ -100,6 +114,8 @@ __global__ void finalize_kernel(const int32_t* __restrict__ row_nnz, const doubl
       reason = GpuSkipReason::kWavesFit;
     else if (s.adjacent_jaccard >= params.max_adjacent_jaccard)
       reason = GpuSkipReason::kAdjacentAlike;
+    else if (params.profile && !profile_pays(params, s.density))
+      reason = GpuSkipReason::kNoGain;
   }
   skip[head] = uint8_t(reason);
   if (skip_out) skip_out[head] = uint8_t(reason);

@@ -280,8 +280,13 @@ struct Mainloop {
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
       release_stage(&storage.v_empty[prev_stage], lane);
-      CUTE_UNROLL
-      for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
+      // Once a row has seen its largest scores the running max stops moving and factor is exactly 1
+      // (ex2(0) = 1), and multiplying by 1 changes no bit: a warp whose 16 rows all kept their max skips the
+      // 64 multiplies per thread with no effect on the result.
+      if (!__all_sync(0xffffffffu, factor[0] == 1.f && factor[1] == 1.f)) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
+      }
       convert_p();
     }
     {
