@@ -49,12 +49,17 @@ std::string skip_profile_json(const SkipProfile& profile);
 /// Throws InvalidArgument ("<source>: <field>") unless `profile` is well-formed (parse_skip_profile's checks).
 void check_skip_profile(const SkipProfile& profile, const std::string& source);
 
-/// Predicted kernel gain (original_ms - wavealign_ms) of `heads` heads at (tokens, density): the measured
-/// per-head gain, interpolated bilinearly in (ln tokens, density) over the grid and clamped to its edges,
-/// times `heads`. Negative where the WaveAlign order measured slower.
+/// Predicted kernel gain (original_ms - wavealign_ms) of `heads` heads at (tokens L, density d), per head
+/// relative_gain x time_per_work x d x L^2, times `heads`. relative_gain = 1 - wavealign_ms / original_ms and
+/// time_per_work = original_ms / heads / (d x L^2) are the grid cells' own, interpolated bilinearly in
+/// (ln tokens, density) with each coordinate clamped to the grid's range; d and L in the product are the
+/// query's, so beyond the grid the kernel time keeps growing with d x L^2. Equals the measured
+/// (original_ms - wavealign_ms) / heads at grid points up to rounding (about 1e-15 relative). Negative where
+/// the WaveAlign order measured slower. Why not the absolute gain: docs/skip-profile.md, "Interpolation".
 double profile_gain_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
 
-/// Predicted plan time of `heads` heads at (tokens, density): plan_ms per head, interpolated like the gain.
+/// Predicted plan time of `heads` heads at (tokens, density): plan_ms per head, interpolated bilinearly in
+/// (ln tokens, density) and clamped to the grid's range like the gain's factors; exact at grid points.
 double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
 
 /// The cost part of the adaptive skip from the profile, for one head of `tokens` tokens and stats.density:

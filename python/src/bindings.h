@@ -4,16 +4,26 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "wavealign/plan.h"
+#include "wavealign/skip_profile.h"
 
 namespace wavealign::python {
 
-/// PlanConfig from the Python-level names, shared by the CPU plan and the GPU planner.
+/// A parsed skip profile as Python sees it (_core.SkipProfile). The profile sits behind a C++ shared_ptr, not
+/// a nanobind-owned one: plan configs copy it on threads that do not hold the GIL, which a shared_ptr holding a
+/// Python reference would not survive.
+struct ProfileHandle {
+  std::shared_ptr<const SkipProfile> profile;
+};
+
+/// PlanConfig from the Python-level names, shared by the CPU plan and the GPU planner. `profile` may be null
+/// (no profile); `tokens` is PlanConfig::tokens (0 = q_blocks x kv_block).
 inline PlanConfig plan_config(const std::string& order, const std::string& gpu, int wave_size, int iterations,
                               uint64_t seed, const std::string& skip, int head_dim, int element_bytes, int kv_block,
-                              double plan_reuse) {
+                              double plan_reuse, const ProfileHandle* profile, int64_t tokens) {
   PlanConfig config;
   config.order = from_string<Order>(order);
   config.gpu = from_string<GpuPreset>(gpu);
@@ -25,10 +35,12 @@ inline PlanConfig plan_config(const std::string& order, const std::string& gpu, 
   config.skip_model.element_bytes = element_bytes;
   config.skip_model.kv_block = kv_block;
   config.skip_model.plan_reuse = plan_reuse;
+  if (profile) config.profile = profile->profile;
+  config.tokens = tokens;
   return config;
 }
 
-void bind_plan(nanobind::module_& module);       // masks from dense / CSR / Flex arrays, make_plan, the plan
+void bind_plan(nanobind::module_& module);       // masks from dense / CSR / Flex arrays, skip profiles, make_plan
 void bind_reference(nanobind::module_& module);  // CPU reference attention
 void bind_cuda(nanobind::module_& module);       // fused CUDA kernel (a stub that reports absence without CUDA)
 void bind_gpu_plan(nanobind::module_& module);   // GPU planner (a stub that reports absence without CUDA)

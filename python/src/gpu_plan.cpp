@@ -140,19 +140,23 @@ void bind_gpu_plan(nb::module_& module) {
           "__init__",
           [](cuda::GpuPlanner* self, int heads, int q_blocks, int kv_blocks, const std::string& order,
              const std::string& gpu, int wave_size, int iterations, uint64_t seed, const std::string& skip,
-             int head_dim, int element_bytes, int kv_block, double plan_reuse) {
+             int head_dim, int element_bytes, int kv_block, double plan_reuse, const ProfileHandle* profile,
+             int64_t tokens) {
             new (self) cuda::GpuPlanner(heads, q_blocks, kv_blocks,
                                         plan_config(order, gpu, wave_size, iterations, seed, skip, head_dim,
-                                                    element_bytes, kv_block, plan_reuse));
+                                                    element_bytes, kv_block, plan_reuse, profile, tokens));
           },
           nb::arg("heads"), nb::arg("q_blocks"), nb::arg("kv_blocks"), nb::arg("order"), nb::arg("gpu"),
           nb::arg("wave_size"), nb::arg("iterations"), nb::arg("seed"), nb::arg("skip"), nb::arg("head_dim"),
-          nb::arg("element_bytes"), nb::arg("kv_block"), nb::arg("plan_reuse"))
+          nb::arg("element_bytes"), nb::arg("kv_block"), nb::arg("plan_reuse"),
+          nb::arg("profile").none() = nb::none(), nb::arg("tokens") = 0)
       .def_prop_ro("heads", &cuda::GpuPlanner::heads)
       .def_prop_ro("q_blocks", &cuda::GpuPlanner::q_blocks)
       .def_prop_ro("kv_blocks", &cuda::GpuPlanner::kv_blocks)
       .def_prop_ro("wave_size", &cuda::GpuPlanner::wave_size)
       .def_prop_ro("order", [](const cuda::GpuPlanner& p) { return std::string(to_string(p.config().order)); })
+      .def_prop_ro("tokens", &cuda::GpuPlanner::tokens, "Sequence length the profile is read at.")
+      .def_prop_ro("has_profile", [](const cuda::GpuPlanner& p) { return bool(p.config().profile); })
       .def(
           "workspace_bytes",
           [](const cuda::GpuPlanner& p) {

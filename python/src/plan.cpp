@@ -1,17 +1,21 @@
-// Masks from dense, CSR and FlexAttention arrays; make_plan; the plan's permutations, schedule and statistics.
+// Masks from dense, CSR and FlexAttention arrays; skip profiles; make_plan; the plan's permutations, schedule and
+// statistics.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <memory>
 #include <tuple>
 
 #include "arrays.h"
 #include "bindings.h"
 #include "wavealign/enums.h"
+#include "wavealign/error.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
+#include "wavealign/skip_profile.h"
 
 namespace wavealign::python {
 
@@ -133,6 +137,31 @@ std::tuple<nb::ndarray<nb::numpy>, nb::ndarray<nb::numpy>> flex_of(const BlockMa
           numpy_from_vector(std::move(flex.kv_indices), {heads, q_blocks, kv_blocks})};
 }
 
+// ---- skip profiles (docs/skip-profile.md): parsed by the C++ parser, errors naming the Python argument first ----
+
+// The message of an InvalidArgument without its "invalid argument '<argument>': " prefix.
+std::string message_of(const InvalidArgument& error) {
+  const std::string what = error.what();
+  const std::string prefix = "invalid argument '" + error.argument() + "': ";
+  return what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
+}
+
+// JSON text (a str or a serialized dict): errors name "profile: <field>", as make_plan's profile check does.
+ProfileHandle profile_from_json(const std::string& json) {
+  nb::gil_scoped_release unlocked;
+  return ProfileHandle{std::make_shared<const SkipProfile>(parse_skip_profile(json, "profile"))};
+}
+
+// A file: errors name "profile: <path>" (unreadable) or "profile: <path>: <field>" (malformed).
+ProfileHandle profile_from_file(const std::string& path) {
+  nb::gil_scoped_release unlocked;
+  try {
+    return ProfileHandle{std::make_shared<const SkipProfile>(load_skip_profile(path))};
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument("profile: " + error.argument(), message_of(error));
+  }
+}
+
 /// A plan together with the mask it was built from (the plug-in path and the kernel need both).
 struct PlanHandle {
   BlockMask mask;
@@ -141,9 +170,10 @@ struct PlanHandle {
 
 PlanHandle plan_mask(const BlockMask& mask, const std::string& order, const std::string& gpu, int wave_size,
                      int iterations, uint64_t seed, const std::string& skip, int threads, int head_dim,
-                     int element_bytes, int kv_block, double plan_reuse) {
-  PlanConfig config =
-      plan_config(order, gpu, wave_size, iterations, seed, skip, head_dim, element_bytes, kv_block, plan_reuse);
+                     int element_bytes, int kv_block, double plan_reuse, const ProfileHandle* profile,
+                     int64_t tokens) {
+  PlanConfig config = plan_config(order, gpu, wave_size, iterations, seed, skip, head_dim, element_bytes, kv_block,
+                                  plan_reuse, profile, tokens);
   config.threads = threads;
   WA_CHECK_ARG(head_dim > 0, "head_dim", "must be > 0, got ", head_dim);
   WA_CHECK_ARG(element_bytes > 0, "element_bytes", "must be > 0, got ", element_bytes);
@@ -198,6 +228,20 @@ nb::dict stats_of(const Plan& plan) {
 }  // namespace
 
 void bind_plan(nb::module_& module) {
+  nb::class_<ProfileHandle>(module, "SkipProfile",
+                            "A parsed, checked skip profile (docs/skip-profile.md), shared by the plans that read it.")
+      .def_prop_ro("device", [](const ProfileHandle& p) { return p.profile->device; })
+      .def_prop_ro("mask", [](const ProfileHandle& p) { return p.profile->mask; })
+      .def_prop_ro("commit", [](const ProfileHandle& p) { return p.profile->commit; })
+      .def_prop_ro("date", [](const ProfileHandle& p) { return p.profile->date; })
+      .def_prop_ro("points", [](const ProfileHandle& p) { return p.profile->points.size(); })
+      .def("json", [](const ProfileHandle& p) { return skip_profile_json(*p.profile); },
+           "The profile in the format parse_skip_profile reads (canonical: equal profiles give equal text).");
+  module.def("skip_profile_from_json", &profile_from_json, nb::arg("json"),
+             "parse_skip_profile on JSON text; errors name 'profile: <field>'.");
+  module.def("skip_profile_from_file", &profile_from_file, nb::arg("path"),
+             "load_skip_profile on a file; errors name 'profile: <path>[: <field>]'.");
+
   nb::class_<BlockMask>(module, "Mask", "Bit-packed block mask [heads, q_blocks, kv_blocks] (host memory).")
       .def_prop_ro("heads", &BlockMask::heads)
       .def_prop_ro("q_blocks", &BlockMask::q_blocks)
@@ -258,7 +302,9 @@ void bind_plan(nb::module_& module) {
   module.def("make_plan", &plan_mask, nb::arg("mask"), nb::arg("order"), nb::arg("gpu"), nb::arg("wave_size"),
              nb::arg("iterations"), nb::arg("seed"), nb::arg("skip"), nb::arg("threads"), nb::arg("head_dim"),
              nb::arg("element_bytes"), nb::arg("kv_block"), nb::arg("plan_reuse"),
-             "make_plan on a Mask (heads in parallel, the GIL released).");
+             nb::arg("profile").none() = nb::none(), nb::arg("tokens") = 0,
+             "make_plan on a Mask (heads in parallel, the GIL released); profile: a SkipProfile or None, tokens: "
+             "the sequence length it is read at (0 = q_blocks x kv_block).");
   module.def("enum_names", [](const std::string& kind) -> std::vector<std::string> {
     if (kind == "order") return enum_names<Order>();
     if (kind == "gpu") return enum_names<GpuPreset>();

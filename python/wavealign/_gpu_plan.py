@@ -30,16 +30,22 @@ def _planner(torch: Any, device: Any, shape: tuple[int, int, int], options: dict
     """(planner, workspace) of this device, shape and config: made, prepared and cached on first use.
 
     The workspace is a torch uint8 tensor (the caching allocator's memory). At most _CACHE_SIZE planners are
-    kept, oldest out first.
+    kept, oldest out first. options["profile"] is a parsed _profile.Profile or None and enters the key by its
+    content digest, so a planner made with one profile never serves another; options["tokens"] None is 0.
     """
-    key = (device.index, *shape, *(options[name] for name in sorted(options)))
+    profile = options.get("profile")
+    tokens = options.get("tokens") or 0
+    plain = sorted(name for name in options if name not in ("profile", "tokens"))
+    key = (device.index, *shape, *(options[name] for name in plain), tokens,
+           None if profile is None else profile.key)
     entry = _planners.get(key)
     if entry is not None:
         _planners.move_to_end(key)
         return entry
     planner = _core.GpuPlanner(*shape, options["order"], options["gpu"], options["wave_size"],
                                options["iterations"], options["seed"], options["skip"], options["head_dim"],
-                               options["element_bytes"], options["kv_block"], options["plan_reuse"])
+                               options["element_bytes"], options["kv_block"], options["plan_reuse"],
+                               None if profile is None else profile.core, tokens)
     workspace = torch.empty(max(1, planner.workspace_bytes()), dtype=torch.uint8, device=device)
     planner.prepare(workspace.data_ptr(), workspace.numel(), torch.cuda.current_stream(device).cuda_stream)
     _planners[key] = (planner, workspace)

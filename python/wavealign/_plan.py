@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, _gpu_plan, _rows, ops
+from . import _core, _gpu_plan, _profile, _rows, ops
 from ._util import (block_pair, blocks_for, check_choice, check_int, heads_view_shape, host_array, invalid,
                     is_torch_tensor, torch_or_none)
 
@@ -374,7 +374,7 @@ def _flex_arrays(block_mask: Any) -> dict[str, Any]:
 def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign", iterations: int = 10,
          seed: int = 0, skip: str = "auto", gpu: str = "h200", *, block_size: int | tuple[int, int] = 128,
          heads: int | None = None, kv_blocks: int | None = None, head_dim: int = 128, plan_reuse: float = 1.0,
-         threads: int = 0, planner: str = "auto") -> Plan:
+         threads: int = 0, planner: str = "auto", profile: Any = None, tokens: int | None = None) -> Plan:
     """Plans the WaveAlign row order of a block mask: on the mask's GPU for CUDA masks, else on the CPU.
 
     Args:
@@ -397,11 +397,19 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
         threads: worker threads over heads of the CPU plan (0 = all cores); the plan does not depend on it.
         planner: "auto" (the GPU plan for a CUDA mask when the package has its CUDA code, else the CPU plan),
             "cpu" (always the CPU plan) or "gpu" (the GPU plan; a CUDA mask is required).
+        profile: a calibrated skip profile (docs/skip-profile.md): a path (str or os.PathLike) to its JSON file,
+            its JSON text, or a dict of it; None = no profile. With skip="auto", heads the statistics let through
+            are reordered only when the profile's kernel gain x plan_reuse exceeds its plan cost (their reason
+            names the profile's device); with another skip policy it is checked but has no effect. Parsed
+            profiles are cached (a file by path, modification time and size).
+        tokens: the sequence length the profile is read at; None = the BlockMask's seq_lengths[0] for a
+            FlexAttention mask, else q_blocks x kv_block.
 
     The GPU plan runs on the current stream of the mask's device without host synchronization (creating the
     planner of a new device, shape and config synchronizes once); skip="auto" then decides from the mask
-    statistics only. The CPU plan of a CUDA mask copies it to the host (a device synchronization) and puts
-    the plan's tensors on that device. See docs/python.md.
+    statistics only, or with a profile from the statistics and then the profile's gain and plan cost, both
+    on the device. The CPU plan of a CUDA mask copies it to the host (a device synchronization) and puts the
+    plan's tensors on that device. See docs/python.md.
     """
     order = check_choice(order, "order", "order")
     skip = check_choice(skip, "skip", "skip")
@@ -416,12 +424,14 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
     blocks = block_pair(block_size)
     if planner not in PLANNERS:
         raise invalid("planner", f"unknown value {planner!r} (expected one of: {', '.join(PLANNERS)})")
+    parsed = _profile.resolve(profile)
+    tokens = None if tokens is None else check_int(tokens, "tokens", 0)
 
     if planner != "cpu" and _on_cuda(block_mask):
         if planner == "gpu" or _gpu_plan.available():
             options = {"order": order, "gpu": gpu, "wave_size": wave, "iterations": iterations, "seed": seed,
                        "skip": skip, "head_dim": head_dim, "element_bytes": 2, "kv_block": blocks[1],
-                       "plan_reuse": float(plan_reuse)}
+                       "plan_reuse": float(plan_reuse), "profile": parsed, "tokens": tokens}
             handle, source, blocks = _device_plan(block_mask, heads, kv_blocks, blocks, options)
             ops.register()
             return Plan(handle, source, blocks)
@@ -436,14 +446,24 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
     else:
         mask, source = _dense_mask(block_mask)
 
+    if tokens is None:
+        tokens = _default_tokens(source)
     handle = _core.make_plan(mask, order, gpu, wave, iterations, seed, skip, threads, head_dim, 2, blocks[1],
-                             float(plan_reuse))
+                             float(plan_reuse), None if parsed is None else parsed.core, tokens)
     if source.framework == "torch":
         ops.register()
     return Plan(handle, source, blocks)
 
 
 PLANNERS = ("auto", "cpu", "gpu")
+
+
+def _default_tokens(source: _Source) -> int:
+    """PlanConfig::tokens when `tokens` is not given: a FlexAttention mask's query length, else 0 (the C++
+    default, q_blocks x kv_block)."""
+    if source.format == "flex" and source.seq_lengths is not None:
+        return int(source.seq_lengths[0])
+    return 0
 
 
 def _on_cuda(block_mask: Any) -> bool:
@@ -484,6 +504,8 @@ def _device_plan(block_mask: Any, heads: int | None, kv_blocks: int | None, bloc
                           indices.reshape(batch * flex_heads, q_blocks, indices.shape[-1])))
         _check_plan_shape(batch * flex_heads, q_blocks, kv_blocks)
         dense = _gpu_plan.dense_from_flex(torch, pairs, kv_blocks)
+        if options["tokens"] is None:
+            options = {**options, "tokens": seq_lengths[0]}
         handle = _gpu_plan.plan_on_device(torch, counts.device, batch * flex_heads, q_blocks, kv_blocks, options,
                                           dense=dense)
         source = _Source("flex", "torch", counts.device, flex=block_mask, flex_batch_heads=(batch, flex_heads),

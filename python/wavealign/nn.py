@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import _profile
 from ._attention import sparse_attention
 from ._plan import Plan, plan as make_plan
 
@@ -42,18 +43,20 @@ class SparseAttention(torch.nn.Module):
         only with a mask_key.
     The cache holds at most `cache_size` plans (oldest out first) and keeps their masks alive.
 
-    Args: block_size, wave_size, order, iterations, seed, skip, gpu, plan_reuse: as in wavealign.plan();
+    Args: block_size, wave_size, order, iterations, seed, skip, gpu, plan_reuse, profile: as in wavealign.plan()
+    (the profile is parsed once, here; each plan reads it at the mask's length, see wavealign.plan's `tokens`);
     scale, traversal, head_order, kernel: as in wavealign.sparse_attention().
     """
 
     def __init__(self, *, block_size: int | tuple[int, int] = 128, wave_size: int | None = None,
                  order: str = "wavealign", iterations: int = 10, seed: int = 0, skip: str = "auto",
-                 gpu: str = "h200", plan_reuse: float = 1.0, scale: float | None = None,
+                 gpu: str = "h200", plan_reuse: float = 1.0, profile: Any = None, scale: float | None = None,
                  traversal: str = "ascending", head_order: str = "sequential", kernel: str = "auto",
                  cache_size: int = 8) -> None:
         super().__init__()
         self.plan_options = dict(block_size=block_size, wave_size=wave_size, order=order, iterations=iterations,
-                                 seed=seed, skip=skip, gpu=gpu, plan_reuse=plan_reuse)
+                                 seed=seed, skip=skip, gpu=gpu, plan_reuse=plan_reuse,
+                                 profile=_profile.resolve(profile))
         self.scale = scale
         self.traversal = traversal
         self.head_order = head_order

@@ -133,17 +133,14 @@ void check_point(const SkipProfilePoint& point, const std::string& source, size_
                "must be a finite time >= 0, got ", point.plan_ms);
 }
 
-// Bilinear in (ln tokens, density) over the grid, the query clamped to the grid's extent, times `heads`: the
-// shared implementation of core/skip_profile_grid.h, which the GPU planner runs on the device.
-using PerHead = double (*)(const SkipProfileGrid& grid, double log_tokens, double density);
-
-double interpolate(const SkipProfile& profile, int64_t tokens, double density, int heads, PerHead per_head) {
+// The query checked and the profile's grid flattened (core/skip_profile_grid.h: the shared implementation,
+// which the GPU planner runs on the device).
+SkipProfileGridValues checked_grid(const SkipProfile& profile, int64_t tokens, double density, int heads) {
   WA_CHECK_ARG(tokens >= 1, "tokens", "must be >= 1, got ", tokens);
   WA_CHECK_ARG(std::isfinite(density), "density", "must be finite, got ", density);
   WA_CHECK_ARG(heads >= 1, "heads", "must be >= 1, got ", heads);
   check_skip_profile(profile, "profile");
-  const SkipProfileGridValues values = skip_profile_grid_values(profile);
-  return per_head(values.grid(), std::log(double(tokens)), density) * heads;
+  return skip_profile_grid_values(profile);
 }
 
 }  // namespace
@@ -232,10 +229,16 @@ SkipProfileGridValues skip_profile_grid_values(const SkipProfile& profile) {
   result.values.reserve(size_t(skip_profile_grid_size(result.token_count, result.density_count)));
   for (int64_t t : grid.tokens) result.values.push_back(std::log(double(t)));
   result.values.insert(result.values.end(), grid.densities.begin(), grid.densities.end());
+  // The cells' relative gain, time per unit of work and plan time per head (SkipProfileGrid's comments).
   for (size_t t = 0; t < grid.tokens.size(); ++t)
     for (size_t d = 0; d < grid.densities.size(); ++d) {
       const SkipProfilePoint& p = profile.points[size_t(grid.at(t, d))];
-      result.values.push_back((p.original_ms - p.wavealign_ms) / p.heads);
+      result.values.push_back((p.original_ms - p.wavealign_ms) / p.original_ms);
+    }
+  for (size_t t = 0; t < grid.tokens.size(); ++t)
+    for (size_t d = 0; d < grid.densities.size(); ++d) {
+      const SkipProfilePoint& p = profile.points[size_t(grid.at(t, d))];
+      result.values.push_back(p.original_ms / p.heads / skip_profile_work(double(p.tokens), p.density));
     }
   for (size_t t = 0; t < grid.tokens.size(); ++t)
     for (size_t d = 0; d < grid.densities.size(); ++d) {
@@ -246,11 +249,13 @@ SkipProfileGridValues skip_profile_grid_values(const SkipProfile& profile) {
 }
 
 double profile_gain_ms(const SkipProfile& profile, int64_t tokens, double density, int heads) {
-  return interpolate(profile, tokens, density, heads, skip_profile_gain_ms);
+  const SkipProfileGridValues values = checked_grid(profile, tokens, density, heads);
+  return skip_profile_gain_ms(values.grid(), std::log(double(tokens)), double(tokens), density) * heads;
 }
 
 double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads) {
-  return interpolate(profile, tokens, density, heads, skip_profile_plan_ms);
+  const SkipProfileGridValues values = checked_grid(profile, tokens, density, heads);
+  return skip_profile_plan_ms(values.grid(), std::log(double(tokens)), density) * heads;
 }
 
 SkipDecision decide_by_profile(const MaskStats& stats, int64_t tokens, const SkipProfile& profile,

@@ -112,11 +112,16 @@ def test_malformed_mask_file_exits_2(cli, tmp_path):
 
 
 def write_profile(path):
-    """A 2 x 2 grid: per-head gain -0.1 / 0.3 ms at L = 1,000 and 0.1 / 2.0 ms at L = 4,000 (densities 0.1 /
-    0.5), plan 0.5 ms per head everywhere."""
-    cells = {(1000, 0.1): -0.1, (1000, 0.5): 0.3, (4000, 0.1): 0.1, (4000, 0.5): 2.0}
-    points = [{"tokens": t, "density": d, "mask": "video", "heads": 2, "original_ms": 10.0,
-               "wavealign_ms": 10.0 - 2 * gain, "plan_ms": 1.0} for (t, d), gain in cells.items()]
+    """A 2 x 2 grid measured with 2 heads whose original kernel time per head is 1e-6 ms x d x L^2 (0.1, 0.5,
+    1.6 and 8.0 ms), with relative gains 1 - wavealign / original of -0.1 / 0.3 at L = 1,000 and 0.4 / 0.6 at
+    L = 4,000 (densities 0.1 / 0.5): per-head gains -0.01 / 0.15 and 0.64 / 4.8 ms; plan 0.25 ms per head
+    everywhere."""
+    relative = {(1000, 0.1): -0.1, (1000, 0.5): 0.3, (4000, 0.1): 0.4, (4000, 0.5): 0.6}
+    points = []
+    for (t, d), gain in relative.items():
+        original = 2 * 1e-6 * d * t * t
+        points.append({"tokens": t, "density": d, "mask": "video", "heads": 2, "original_ms": original,
+                       "wavealign_ms": original * (1 - gain), "plan_ms": 0.5})
     path.write_text(json.dumps({"format": "wavealign-skip-profile", "version": 1, "device": "test GPU",
                                 "commit": "abc", "date": "2026-11-29", "points": points}))
     return path
@@ -129,22 +134,30 @@ def test_skip_reads_the_profile_and_interpolates(cli, tmp_path):
     assert report["device"] == "test GPU"
     decisions = {(row["tokens"], row["density"]): row for row in report["decisions"]}
     assert len(decisions) == 9
-    # Grid points give the measured per-head values; L = 2,000 is the midpoint in ln L, density 0.3 in density.
-    assert decisions[(1000, 0.1)]["gain_ms"] == pytest.approx(-0.1)
-    assert decisions[(4000, 0.5)]["gain_ms"] == pytest.approx(2.0)
-    assert decisions[(2000, 0.3)]["gain_ms"] == pytest.approx((-0.1 + 0.3 + 0.1 + 2.0) / 4)
-    assert all(row["plan_ms"] == pytest.approx(0.5) for row in decisions.values())
+    # Grid points give the measured per-head gains (original - wavealign) / heads.
+    assert decisions[(1000, 0.1)]["gain_ms"] == pytest.approx(-0.1 * 0.1)
+    assert decisions[(1000, 0.5)]["gain_ms"] == pytest.approx(0.3 * 0.5)
+    assert decisions[(4000, 0.5)]["gain_ms"] == pytest.approx(0.6 * 8.0)
+    # L = 2,000 is the midpoint in ln L, density 0.3 in density: the relative gain (-0.1 + 0.3 + 0.4 + 0.6) / 4
+    # = 0.3 times the kernel time 1e-6 x 0.3 x 2000^2 = 1.2 ms, 0.36 ms (the absolute gains' mean would say
+    # 1.395 ms).
+    assert decisions[(2000, 0.3)]["gain_ms"] == pytest.approx(0.3 * 1e-6 * 0.3 * 2000 ** 2)
+    assert all(row["plan_ms"] == pytest.approx(0.25) for row in decisions.values())
     assert decisions[(1000, 0.1)]["skipped"] and decisions[(1000, 0.5)]["skipped"]
     assert not decisions[(4000, 0.5)]["skipped"] and not decisions[(2000, 0.3)]["skipped"]
     assert "test GPU" in decisions[(2000, 0.3)]["reason"]
-    # Half a call per plan halves the gain that pays for the plan: 0.575 x 0.5 < 0.5.
+    # Half a call per plan halves the gain that pays for the plan: 0.36 x 0.5 < 0.25.
     halved = json.loads(cli("skip", "--profile", profile, "--tokens", "2000", "--density", "0.3",
                             "--plan-reuse", "0.5", "--json").stdout)
     assert halved["decisions"][0]["skipped"]
     # The printed gain covers --heads heads; the decision stays per head.
     four = json.loads(cli("skip", "--profile", profile, "--tokens", "4000", "--density", "0.5", "--heads", "4",
                           "--json").stdout)["decisions"][0]
-    assert four["gain_ms"] == pytest.approx(8.0) and not four["skipped"]
+    assert four["gain_ms"] == pytest.approx(4 * 4.8) and not four["skipped"]
+    # Past the longest length the relative gain stays at the edge's and the kernel time grows with L^2.
+    longer = json.loads(cli("skip", "--profile", profile, "--tokens", "8000", "--density", "0.5",
+                            "--json").stdout)["decisions"][0]
+    assert longer["gain_ms"] == pytest.approx(4 * 4.8)
     table = cli("skip", "--profile", profile, "--tokens", "1000", "--density", "0.1").stdout
     assert "skip" in table.splitlines()[-1]
 

@@ -22,12 +22,15 @@ namespace {
 
 using test_support::bernoulli_mask;
 
-// A 2 x 2 grid measured with 4 heads. Per head:
-//                      gain (original - wavealign)   plan
-//   (10000, 0.1)       (4.0 - 4.4) / 4 = -0.1        0.4 / 4 = 0.1
-//   (10000, 0.3)       (8.2 - 8.0) / 4 =  0.05       0.8 / 4 = 0.2
-//   (40000, 0.1)       (40 - 36) / 4   =  1.0        2.0 / 4 = 0.5
-//   (40000, 0.3)       (120 - 100) / 4 =  5.0        4.0 / 4 = 1.0
+// A 2 x 2 grid measured with 4 heads, its kernel times proportional to the work d x L^2 at each length:
+// per head 1e-7 ms per unit of d x L^2 at 10,000 tokens and 0.5e-7 at 40,000. Per head:
+//                   original   relative gain           gain = relative x original   plan
+//   (10000, 0.1)     1.0       1 - 4.4 / 4.0    = -0.1   -0.1                         0.4 / 4 = 0.1
+//   (10000, 0.3)     3.0       1 - 11.4 / 12.0  = 0.05    0.15                        0.8 / 4 = 0.2
+//   (40000, 0.1)     8.0       1 - 28.8 / 32.0  = 0.1     0.8                         2.0 / 4 = 0.5
+//   (40000, 0.3)    24.0       1 - 76.8 / 96.0  = 0.2     4.8                         4.0 / 4 = 1.0
+// time per work (original / heads / (d x L^2)): 1.0 / 1e7 = 3.0 / 3e7 = 1e-7 and 8.0 / 1.6e8 = 24.0 / 4.8e8
+// = 0.5e-7.
 SkipProfile grid_profile() {
   SkipProfile profile;
   profile.device = "Test GPU";
@@ -35,10 +38,16 @@ SkipProfile grid_profile() {
   profile.date = "2026-12-01";
   profile.mask = "video";
   profile.points = {{10000, 0.1, "video", 4, 4.0, 4.4, 0.4},
-                    {10000, 0.3, "video", 4, 8.2, 8.0, 0.8},
-                    {40000, 0.1, "video", 4, 40.0, 36.0, 2.0},
-                    {40000, 0.3, "video", 4, 120.0, 100.0, 4.0}};
+                    {10000, 0.3, "video", 4, 12.0, 11.4, 0.8},
+                    {40000, 0.1, "video", 4, 32.0, 28.8, 2.0},
+                    {40000, 0.3, "video", 4, 96.0, 76.8, 4.0}};
   return profile;
+}
+
+// Equal up to rounding: the model's gain at a grid point is (original - wavealign) / heads recomputed from
+// the relative gain and the time per work, a few roundings away from the direct quotient.
+void expect_close(double actual, double expected, const char* what = "") {
+  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected)) << what;
 }
 
 // A profile as JSON text, built from raw (key, value) members so that each test can break one of them.
@@ -214,49 +223,80 @@ TEST(SkipProfileFormat, EveryMalformedInputNamesTheField) {
 
 TEST(SkipProfileInterpolation, ExactAtGridPoints) {
   const SkipProfile profile = grid_profile();
-  EXPECT_EQ(profile_gain_ms(profile, 10000, 0.1, 1), (4.0 - 4.4) / 4);
-  EXPECT_EQ(profile_gain_ms(profile, 10000, 0.3, 1), (8.2 - 8.0) / 4);
-  EXPECT_EQ(profile_gain_ms(profile, 40000, 0.1, 1), 1.0);
-  EXPECT_EQ(profile_gain_ms(profile, 40000, 0.3, 1), 5.0);
-  EXPECT_EQ(profile_gain_ms(profile, 40000, 0.3, 40), 200.0) << "scales with the heads asked for";
+  expect_close(profile_gain_ms(profile, 10000, 0.1, 1), (4.0 - 4.4) / 4);
+  expect_close(profile_gain_ms(profile, 10000, 0.3, 1), (12.0 - 11.4) / 4);
+  expect_close(profile_gain_ms(profile, 40000, 0.1, 1), (32.0 - 28.8) / 4);
+  expect_close(profile_gain_ms(profile, 40000, 0.3, 1), (96.0 - 76.8) / 4);
+  expect_close(profile_gain_ms(profile, 40000, 0.3, 40), 192.0, "scales with the heads asked for");
   EXPECT_EQ(profile_plan_ms(profile, 10000, 0.1, 1), 0.1);
   EXPECT_EQ(profile_plan_ms(profile, 10000, 0.3, 1), 0.2);
   EXPECT_EQ(profile_plan_ms(profile, 40000, 0.1, 1), 0.5);
   EXPECT_EQ(profile_plan_ms(profile, 40000, 0.3, 4), 4.0);
 }
 
+// Expected gains below: relative gain and time per work interpolated by hand from grid_profile's table, times
+// the query's d x L^2. 20000 is halfway between 10000 and 40000 in ln tokens; 0.2 halfway between 0.1 and 0.3.
 TEST(SkipProfileInterpolation, BilinearInLogTokensAndDensity) {
   const SkipProfile profile = grid_profile();
-  // 20000 is halfway between 10000 and 40000 in ln tokens; 0.2 halfway between 0.1 and 0.3.
-  EXPECT_NEAR(profile_gain_ms(profile, 20000, 0.2, 1), (-0.1 + 0.05 + 1.0 + 5.0) / 4, 1e-12);
+  // relative (-0.1 + 0.05 + 0.1 + 0.2) / 4 = 0.0625, time per work (1e-7 + 0.5e-7) / 2 = 0.75e-7, work
+  // 0.2 x 20000^2 = 8e7: kernel 6 ms, gain 0.375 ms. Interpolating the absolute gain would give
+  // (-0.1 + 0.15 + 0.8 + 4.8) / 4 = 1.4125 ms: the overestimate the model avoids.
+  expect_close(profile_gain_ms(profile, 20000, 0.2, 1), 0.375);
   EXPECT_NEAR(profile_plan_ms(profile, 20000, 0.2, 1), (0.1 + 0.2 + 0.5 + 1.0) / 4, 1e-12);
-  EXPECT_NEAR(profile_gain_ms(profile, 20000, 0.1, 1), (-0.1 + 1.0) / 2, 1e-12);
-  // A quarter of the way from 0.3 to 0.1: 0.25 * -0.1 + 0.75 * 0.05.
-  EXPECT_NEAR(profile_gain_ms(profile, 10000, 0.25, 1), 0.0125, 1e-12);
-  // 25000 is linearly halfway but ln 2.5 / ln 4 = 0.660964 of the way in ln tokens: -0.1 + 1.1 * 0.660964.
-  EXPECT_NEAR(profile_gain_ms(profile, 25000, 0.1, 1), 0.627060, 1e-6);
-  EXPECT_NEAR(profile_gain_ms(profile, 20000, 0.2, 4), 4 * 1.4875, 1e-12);
+  // relative (0.05 + 0.2) / 2 = 0.125, 0.75e-7 x 0.3 x 4e8 = 9 ms: gain 1.125 ms.
+  expect_close(profile_gain_ms(profile, 20000, 0.3, 1), 1.125);
+  // A quarter of the way from 0.3 to 0.1: relative 0.25 x -0.1 + 0.75 x 0.05 = 0.0125, time per work 1e-7,
+  // work 0.25 x 1e8: kernel 2.5 ms, gain 0.03125 ms.
+  expect_close(profile_gain_ms(profile, 10000, 0.25, 1), 0.03125);
+  // 25000 is linearly halfway but w = ln 2.5 / ln 4 = 0.660964 of the way in ln tokens: relative
+  // -0.1 + 0.2 w = 0.0321928, time per work 1e-7 - 0.5e-7 w = 6.695180e-8, work 0.1 x 25000^2 = 6.25e7:
+  // kernel 4.184487 ms, gain 0.1347104 ms.
+  EXPECT_NEAR(profile_gain_ms(profile, 25000, 0.1, 1), 0.1347104, 1e-7);
+  expect_close(profile_gain_ms(profile, 20000, 0.2, 4), 4 * 0.375);
 }
 
 TEST(SkipProfileInterpolation, ClampsToTheGridEdges) {
+  // Outside the grid the relative gain and the time per work take the nearest edge's values, and the kernel
+  // time keeps scaling with the query's d x L^2: the gain is the edge cell's times (d / d_edge) (L / L_edge)^2.
   const SkipProfile profile = grid_profile();
-  EXPECT_EQ(profile_gain_ms(profile, 100, 0.1, 1), profile_gain_ms(profile, 10000, 0.1, 1));
-  EXPECT_EQ(profile_gain_ms(profile, 10'000'000, 0.3, 1), 5.0);
-  EXPECT_EQ(profile_gain_ms(profile, 40000, 0.001, 1), 1.0);
-  EXPECT_EQ(profile_gain_ms(profile, 40000, 0.9, 1), 5.0);
-  EXPECT_EQ(profile_gain_ms(profile, 1, 0.0, 1), (4.0 - 4.4) / 4) << "both coordinates below the grid";
+  expect_close(profile_gain_ms(profile, 100, 0.1, 1), -0.1 * (100.0 / 10000) * (100.0 / 10000));
+  expect_close(profile_gain_ms(profile, 10'000'000, 0.3, 1), 4.8 * 250 * 250, "grows with L^2 past the longest");
+  expect_close(profile_gain_ms(profile, 40000, 0.001, 1), 0.8 * 0.01);
+  expect_close(profile_gain_ms(profile, 40000, 0.9, 1), 4.8 * 3);
+  expect_close(profile_gain_ms(profile, 5000, 0.05, 1), -0.1 * 0.5 * 0.25, "both coordinates below the grid");
+  EXPECT_EQ(profile_gain_ms(profile, 40000, 0.0, 1), 0.0) << "no work, no gain";
   EXPECT_EQ(profile_plan_ms(profile, 1'000'000, 1.0, 1), 1.0) << "both coordinates above the grid";
-  EXPECT_NEAR(profile_gain_ms(profile, 20000, 0.9, 1), (0.05 + 5.0) / 2, 1e-12) << "one coordinate clamped";
+  EXPECT_EQ(profile_plan_ms(profile, 100, 0.001, 1), 0.1) << "the plan time does not scale";
+  // One coordinate clamped: relative (0.05 + 0.2) / 2 at density 0.3, 0.75e-7 x 0.9 x 4e8 = 27 ms.
+  expect_close(profile_gain_ms(profile, 20000, 0.9, 1), 0.125 * 27, "one coordinate clamped");
+}
+
+TEST(SkipProfileInterpolation, ScalesWithTheKernelWork) {
+  // Relative gain 0.25 and 2e-8 ms per unit of d x L^2 in every cell: the gain is 0.25 x 2e-8 x d x L^2
+  // everywhere, inside the grid and beyond it, where interpolating the absolute gain would not follow d x L^2.
+  SkipProfile profile = grid_profile();
+  for (SkipProfilePoint& point : profile.points) {
+    point.original_ms = 2e-8 * point.density * double(point.tokens) * double(point.tokens) * point.heads;
+    point.wavealign_ms = 0.75 * point.original_ms;
+  }
+  for (int64_t tokens : {1000, 10000, 17000, 30000, 40000, 90000})
+    for (double density : {0.02, 0.1, 0.17, 0.3, 0.6}) {
+      const double expected = 0.25 * 2e-8 * density * double(tokens) * double(tokens);
+      EXPECT_NEAR(profile_gain_ms(profile, tokens, density, 1), expected, 1e-12 * expected)
+          << tokens << " " << density;
+    }
 }
 
 TEST(SkipProfileInterpolation, DegenerateGrids) {
   SkipProfile row = grid_profile();
-  row.points.resize(2);  // one token count, two densities
-  EXPECT_EQ(profile_gain_ms(row, 99999, 0.1, 1), (4.0 - 4.4) / 4);
-  EXPECT_NEAR(profile_gain_ms(row, 5, 0.2, 1), (-0.1 + 0.05) / 2, 1e-12);
+  row.points.resize(2);  // one token count, two densities: relative gain and time per work vary with d only
+  expect_close(profile_gain_ms(row, 99999, 0.1, 1), -0.1 * (99999 / 1e4) * (99999 / 1e4));
+  // relative (-0.1 + 0.05) / 2, 1e-7 x 0.2 x 20000^2 = 8 ms.
+  expect_close(profile_gain_ms(row, 20000, 0.2, 1), -0.025 * 8);
   SkipProfile single = grid_profile();
   single.points = {single.points[3]};
-  EXPECT_EQ(profile_gain_ms(single, 123, 0.01, 2), 10.0);
+  // relative 0.2, 0.5e-7 x 0.15 x 80000^2 = 48 ms: 9.6 ms per head, 19.2 for two.
+  expect_close(profile_gain_ms(single, 80000, 0.15, 2), 19.2);
   EXPECT_EQ(profile_plan_ms(single, 123456789, 1.0, 1), 1.0);
 }
 
@@ -290,27 +330,27 @@ MaskStats stats_with_density(double density) {
 TEST(DecideByProfile, GainAgainstPlanCostOnBothSidesOfBreakEven) {
   const SkipProfile profile = grid_profile();
   SkipModel model;
-  // (40000, 0.1): gain 1.0 per head against a plan of 0.5 per head.
+  // (40000, 0.1): gain 0.8 per head against a plan of 0.5 per head.
   const SkipDecision pays = decide_by_profile(stats_with_density(0.1), 40000, profile, model);
   EXPECT_FALSE(pays.skipped) << pays.reason;
-  EXPECT_EQ(pays.reason.find("predicted kernel gain 1.000 ms x 1 reuse > plan cost 0.500 ms"), 0u) << pays.reason;
+  EXPECT_EQ(pays.reason.find("predicted kernel gain 0.800 ms x 1 reuse > plan cost 0.500 ms"), 0u) << pays.reason;
   EXPECT_NE(pays.reason.find("profile of Test GPU at L = 40000 tokens, density 10.0%"), std::string::npos)
       << pays.reason;
 
   // The same gain against a fixed plan cost just above and just below it.
-  model.plan_cost_ms = 1.01;
+  model.plan_cost_ms = 0.81;
   EXPECT_TRUE(decide_by_profile(stats_with_density(0.1), 40000, profile, model).skipped);
-  model.plan_cost_ms = 0.99;
+  model.plan_cost_ms = 0.79;
   EXPECT_FALSE(decide_by_profile(stats_with_density(0.1), 40000, profile, model).skipped);
   model.plan_cost_ms = -1;
 
-  // (10000, 0.3): gain 0.05 per head against 0.2: pays from 5 reuses of the plan, not 3.
+  // (10000, 0.3): gain 0.15 per head against 0.2: pays from 4/3 reuses of the plan (1.5, not 1.25).
   const SkipDecision short_sequence = decide_by_profile(stats_with_density(0.3), 10000, profile, model);
   EXPECT_TRUE(short_sequence.skipped) << short_sequence.reason;
   EXPECT_NE(short_sequence.reason.find("<= plan cost 0.200 ms"), std::string::npos) << short_sequence.reason;
-  model.plan_reuse = 3;
+  model.plan_reuse = 1.25;
   EXPECT_TRUE(decide_by_profile(stats_with_density(0.3), 10000, profile, model).skipped);
-  model.plan_reuse = 5;
+  model.plan_reuse = 1.5;
   EXPECT_FALSE(decide_by_profile(stats_with_density(0.3), 10000, profile, model).skipped);
 
   // (10000, 0.1): the WaveAlign order measured slower; no reuse makes that pay.
@@ -353,7 +393,8 @@ PlanConfig profile_config(std::shared_ptr<const SkipProfile> profile) {
 
 TEST(PlanWithProfile, ProfileDecidesHeadsThatPassTheStatistics) {
   // 800 x 800 at density 0.2, scattered rows: passes every statistics test (50 MiB working set). L defaults
-  // to 800 x 128 = 102,400 tokens, past the grid's top: the gain at 40,000 tokens applies.
+  // to 800 x 128 = 102,400 tokens, past the grid's top: the relative gain (0.2) and time per work at 40,000
+  // tokens apply, the kernel time scaled to 102,400 tokens (about 21.8 ms of gain against 0.01 ms of plan).
   const BlockMask mask = bernoulli_mask(2, 800, 800, 0.2, 4);
   PlanConfig config = profile_config(std::make_shared<const SkipProfile>(length_profile()));
   const Plan applied = make_plan(mask, config);

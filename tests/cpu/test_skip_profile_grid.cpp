@@ -1,6 +1,6 @@
 // The skip profile's flat grid (core/skip_profile_grid.h), whose interpolation the GPU planner runs on the
-// device: its layout, and its values bit for bit against profile_gain_ms / profile_plan_ms and against the
-// interpolation those functions ran before they moved onto the flat grid (std::clamp, std::upper_bound).
+// device: its layout, and its values bit for bit against profile_gain_ms / profile_plan_ms and against a
+// straightforward implementation of the model (std::clamp, std::upper_bound, the same operation order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,8 +41,10 @@ SkipProfile random_profile(std::mt19937_64& rng, int token_count, int density_co
   return profile;
 }
 
-// profile_gain_ms / profile_plan_ms as they were written before the flat grid: the reference for "the CPU
-// functions return exactly what they returned".
+// The model written out directly on the profile's points: relative gain (original - wavealign) / original,
+// time per work original / heads / ((L x L) x d) and plan_ms / heads per cell, each interpolated bilinearly in
+// (ln tokens, clamped density); the gain is relative x (time per work x ((L x L) x d)) with the query's own L and
+// d, times heads. The reference for "the grid functions compute the documented model, in this order".
 double reference_interpolation(const SkipProfile& profile, int64_t tokens, double density, int heads, bool gain) {
   std::vector<int64_t> lengths;
   std::vector<double> densities;
@@ -72,16 +74,29 @@ double reference_interpolation(const SkipProfile& profile, int64_t tokens, doubl
   locate(log_tokens, std::log(double(tokens)), t0, wt);
   locate(densities, density, d0, wd);
   const size_t t1 = std::min(t0 + 1, lengths.size() - 1), d1 = std::min(d0 + 1, densities.size() - 1);
-  auto at = [&](size_t t, size_t d) {
+  enum Quantity { kRelativeGain, kTimePerWork, kPlan };
+  auto at = [&](size_t t, size_t d, Quantity quantity) {
     for (const SkipProfilePoint& p : profile.points)
-      if (p.tokens == lengths[t] && p.density == densities[d])
-        return gain ? (p.original_ms - p.wavealign_ms) / p.heads : p.plan_ms / p.heads;
+      if (p.tokens == lengths[t] && p.density == densities[d]) {
+        const double length = double(p.tokens);
+        switch (quantity) {
+          case kRelativeGain: return (p.original_ms - p.wavealign_ms) / p.original_ms;
+          case kTimePerWork: return p.original_ms / p.heads / ((length * length) * p.density);
+          case kPlan: return p.plan_ms / p.heads;
+        }
+      }
     ADD_FAILURE() << "no point at cell " << t << ", " << d;
     return 0.0;
   };
-  const double low_tokens = (1 - wd) * at(t0, d0) + wd * at(t0, d1);
-  const double high_tokens = (1 - wd) * at(t1, d0) + wd * at(t1, d1);
-  return ((1 - wt) * low_tokens + wt * high_tokens) * heads;
+  auto bilinear = [&](Quantity quantity) {
+    const double low_tokens = (1 - wd) * at(t0, d0, quantity) + wd * at(t0, d1, quantity);
+    const double high_tokens = (1 - wd) * at(t1, d0, quantity) + wd * at(t1, d1, quantity);
+    return (1 - wt) * low_tokens + wt * high_tokens;
+  };
+  if (!gain) return bilinear(kPlan) * heads;
+  const double length = double(tokens);
+  const double kernel_ms = bilinear(kTimePerWork) * ((length * length) * density);
+  return bilinear(kRelativeGain) * kernel_ms * heads;
 }
 
 TEST(SkipProfileGrid, LayoutOfTheFlatGrid) {
@@ -91,19 +106,29 @@ TEST(SkipProfileGrid, LayoutOfTheFlatGrid) {
   ASSERT_EQ(values.token_count, 3);
   ASSERT_EQ(values.density_count, 4);
   ASSERT_EQ(int64_t(values.values.size()), skip_profile_grid_size(3, 4));
-  EXPECT_EQ(skip_profile_grid_size(3, 4), 3 + 4 + 2 * 12);
+  EXPECT_EQ(skip_profile_grid_size(3, 4), 3 + 4 + 3 * 12);
   const SkipProfileGrid grid = values.grid();
+  EXPECT_EQ(grid.log_tokens, values.values.data());
+  EXPECT_EQ(grid.densities, grid.log_tokens + 3);
+  EXPECT_EQ(grid.relative_gain, grid.densities + 4);
+  EXPECT_EQ(grid.time_per_work, grid.relative_gain + 12);
+  EXPECT_EQ(grid.plan_ms, grid.time_per_work + 12);
+  EXPECT_EQ(grid.plan_ms + 12, values.values.data() + values.values.size());
   EXPECT_TRUE(std::is_sorted(grid.log_tokens, grid.log_tokens + 3));
   EXPECT_TRUE(std::is_sorted(grid.densities, grid.densities + 4));
-  EXPECT_EQ(grid.plan_ms + 12, values.values.data() + values.values.size());
   for (const SkipProfilePoint& point : profile.points) {
     const double log_tokens = std::log(double(point.tokens));
     const int t = int(std::find(grid.log_tokens, grid.log_tokens + 3, log_tokens) - grid.log_tokens);
     const int d = int(std::find(grid.densities, grid.densities + 4, point.density) - grid.densities);
     ASSERT_LT(t, 3);
     ASSERT_LT(d, 4);
-    EXPECT_EQ(grid.gain_ms[t * 4 + d], (point.original_ms - point.wavealign_ms) / point.heads);
+    const double length = double(point.tokens);
+    EXPECT_EQ(grid.relative_gain[t * 4 + d], (point.original_ms - point.wavealign_ms) / point.original_ms);
+    EXPECT_EQ(grid.time_per_work[t * 4 + d], point.original_ms / point.heads / (length * length * point.density));
     EXPECT_EQ(grid.plan_ms[t * 4 + d], point.plan_ms / point.heads);
+    // At its own cell the model gives back the measured per-head gain, up to rounding.
+    const double measured = (point.original_ms - point.wavealign_ms) / point.heads;
+    EXPECT_NEAR(skip_profile_gain_ms(grid, log_tokens, length, point.density), measured, 1e-12 * std::abs(measured));
   }
 }
 
@@ -133,9 +158,10 @@ TEST(SkipProfileGrid, EqualsTheProfileFunctionsOnRandomQueries) {
         EXPECT_EQ(gain, reference_interpolation(profile, tokens, d, h, true)) << where;
         EXPECT_EQ(plan, reference_interpolation(profile, tokens, d, h, false)) << where;
         const double log_tokens = std::log(double(tokens));
-        EXPECT_EQ(skip_profile_gain_ms(grid, log_tokens, d) * h, gain) << where;
+        EXPECT_EQ(skip_profile_gain_ms(grid, log_tokens, double(tokens), d) * h, gain) << where;
         EXPECT_EQ(skip_profile_plan_ms(grid, log_tokens, d) * h, plan) << where;
-        EXPECT_EQ(skip_profile_gain_ms(grid, log_tokens, d), profile_gain_ms(profile, tokens, d, 1)) << where;
+        EXPECT_EQ(skip_profile_gain_ms(grid, log_tokens, double(tokens), d), profile_gain_ms(profile, tokens, d, 1))
+            << where;
         ++queries;
       }
     }

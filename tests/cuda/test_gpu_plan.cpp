@@ -435,36 +435,43 @@ TEST(GpuPlan, GraphCaptureAndCache) {
 
 // ---- the calibrated skip profile (PlanConfig::profile) on the device ---------------------------------
 
-// A synthetic 3 x 4 grid measured with 4 heads. Per head (ms):
-//                 gain at density 0.05   0.1     0.2    0.4      plan
-//   L =  25,600                  -0.2   -0.1    0.02   0.1      0.1
-//   L =  51,200                  -0.1   -0.05   0.3    0.8      0.15
-//   L = 204,800                  -0.05   0.1    0.9    2.0      0.4
+// A synthetic 3 x 4 grid measured with 4 heads, its original kernel time 1e-9 ms x d x L^2 per head (0.13 ms
+// at L = 51,200 and density 0.1, 16.8 ms at 204,800 and 0.4). Relative gain 1 - wavealign / original:
+//                 density   0.05    0.1     0.2    0.4      plan per head (ms)
+//   L =  25,600            -0.3    -0.2     0.1    0.15     0.05
+//   L =  51,200            -0.2    -0.1     0.15   0.25     0.07
+//   L = 204,800            -0.1     0.1     0.2    0.3      0.13
 // An 800-row mask at 128-token blocks is read at L = 102,400, halfway between the last two lengths in ln L:
-// gain -0.075, 0.025, 0.6, 1.4 at the four densities against a plan of 0.275, so the break-even density
-// (gain = plan) is near 0.145 with one reuse and near 0.12 with two.
+// relative gain -0.15, 0, 0.175, 0.275 at the four densities, time per work 1e-9 ms, kernel time 10.49 ms x d
+// per head, against a plan of 0.1 ms. The break-even density (gain = plan) is near 0.14 with one reuse and
+// near 0.12 with two.
 SkipProfile synthetic_profile() {
   const int64_t lengths[] = {25600, 51200, 204800};
   const double densities[] = {0.05, 0.1, 0.2, 0.4};
-  const double gain[3][4] = {{-0.2, -0.1, 0.02, 0.1}, {-0.1, -0.05, 0.3, 0.8}, {-0.05, 0.1, 0.9, 2.0}};
-  const double plan[3] = {0.1, 0.15, 0.4};
+  const double relative[3][4] = {{-0.3, -0.2, 0.1, 0.15}, {-0.2, -0.1, 0.15, 0.25}, {-0.1, 0.1, 0.2, 0.3}};
+  const double plan[3] = {0.05, 0.07, 0.13};
   constexpr int kHeads = 4;
-  constexpr double kOriginalMs = 10;  // above 4 x the largest gain, so the WaveAlign time stays positive
+  constexpr double kTimePerWork = 1e-9;  // ms per head per unit of d x L^2
   SkipProfile profile;
   profile.device = "Synthetic GPU";
   profile.mask = "video";
   for (int t = 0; t < 3; ++t)
-    for (int d = 0; d < 4; ++d)
-      profile.points.push_back({lengths[t], densities[d], "video", kHeads, kOriginalMs,
-                                kOriginalMs - kHeads * gain[t][d], kHeads * plan[t]});
+    for (int d = 0; d < 4; ++d) {
+      const double length = double(lengths[t]);
+      const double original_ms = kHeads * kTimePerWork * densities[d] * length * length;
+      profile.points.push_back({lengths[t], densities[d], "video", kHeads, original_ms,
+                                original_ms * (1 - relative[t][d]), kHeads * plan[t]});
+    }
   return profile;
 }
 
 // 7 heads x 800 x 800 of Bernoulli rows, one density per head. Heads 0-4 pass every statistics test (800 KV
 // blocks = 50 MiB and waves of 132 rows touch nearly all of them, against 30 MiB of usable L2; random rows
-// share few blocks), so the profile decides them: densities 0.03 and 0.08 have a negative gain, 0.13 gains
-// 0.20 ms against 0.275 ms of plan, 0.18 and 0.3 pay. Head 5 (density 0.01) is below min_density, head 6
-// touches 100 KV blocks (6.25 MiB, fits in the L2): the statistics skip them before the profile is read.
+// share few blocks), so the profile decides them (per make_plan): densities 0.03 and 0.08 have a negative
+// gain (-0.047 and -0.050 ms), 0.13 gains 0.072 ms against 0.1 ms of plan (interpolating the absolute gain
+// would have said 0.40 ms and applied it), 0.18 and 0.3 pay (0.26 and 0.71 ms). Head 5 (density 0.01) is
+// below min_density, head 6 touches 100 KV blocks (6.25 MiB, fits in the L2): the statistics skip them
+// before the profile is read.
 constexpr double kHeadDensity[] = {0.03, 0.08, 0.13, 0.18, 0.3, 0.01, 0.3};
 constexpr int kProfileRows = 800;
 
@@ -570,7 +577,7 @@ TEST(GpuPlanProfile, PlanReuseCostAndLengthChangeTheDecision) {
     std::vector<bool> skipped;
   };
   std::vector<Case> cases;
-  // Two reuses: head 2's 0.20 ms gain, counted twice, exceeds its 0.275 ms plan.
+  // Two reuses: head 2's 0.072 ms gain, counted twice, exceeds its 0.1 ms plan.
   cases.push_back({"plan_reuse 2", base, {true, true, false, false, false, true, true}});
   cases.back().config.skip_model.plan_reuse = 2;
   // No amount of reuse makes a negative gain pay (heads 0 and 1).
@@ -582,7 +589,7 @@ TEST(GpuPlanProfile, PlanReuseCostAndLengthChangeTheDecision) {
   cases.back().config.skip_model.plan_cost_ms = 1e6;
   cases.push_back({"plan_cost_ms 0", base, {true, true, false, false, false, true, true}});
   cases.back().config.skip_model.plan_cost_ms = 0;
-  // Read at 25,600 tokens the gains are at most 0.06 ms against a 0.1 ms plan: every profile head skips.
+  // Read at 25,600 tokens the gains are at most 0.025 ms against a 0.05 ms plan: every profile head skips.
   cases.push_back({"tokens 25600", base, {true, true, true, true, true, true, true}});
   cases.back().config.tokens = 25600;
   for (const Case& c : cases)
@@ -676,8 +683,8 @@ TEST(GpuPlanArguments, WorkspaceHoldsTheProfileWhenKAutoReadsIt) {
   const size_t without = GpuPlanner(2, 300, 300, config).workspace_bytes();
   config.profile = std::make_shared<const SkipProfile>(synthetic_profile());
   const GpuPlanner with_profile(2, 300, 300, config);
-  // 3 lengths + 4 densities + 2 x 12 cells = 31 doubles, rounded up to the 256-byte alignment.
-  EXPECT_EQ(with_profile.workspace_bytes(), without + 256);
+  // 3 lengths + 4 densities + 3 x 12 cells = 43 doubles (344 bytes), rounded up to the 256-byte alignment.
+  EXPECT_EQ(with_profile.workspace_bytes(), without + 512);
   EXPECT_EQ(with_profile.tokens(), 300 * 128);
   config.tokens = 51200;
   EXPECT_EQ(GpuPlanner(2, 300, 300, config).tokens(), 51200);

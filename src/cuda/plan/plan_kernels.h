@@ -78,6 +78,7 @@ struct StatsParams {
   const double* profile = nullptr;  // device copy of the grid, core/skip_profile_grid.h's layout
   int profile_token_count = 0, profile_density_count = 0;
   double log_tokens = 0;            // ln of the sequence length, computed on the host
+  double tokens = 0;                // the sequence length itself, for the gain's d x L^2
   double plan_reuse = 1;
   double plan_cost_ms = -1;         // >= 0 replaces the profile's plan cost
 };

@@ -236,6 +236,7 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
     params.profile_token_count = profile_token_count_;
     params.profile_density_count = profile_density_count_;
     params.log_tokens = profile_log_tokens_;
+    params.tokens = double(tokens_);
     params.plan_reuse = model.plan_reuse;
     params.plan_cost_ms = model.plan_cost_ms;
   }

@@ -66,7 +66,7 @@ __global__ void wave_union_kernel(const uint64_t* __restrict__ bits, int heads, 
 __device__ bool profile_pays(const StatsParams& params, double density) {
   const SkipProfileGrid grid =
       skip_profile_grid(params.profile, params.profile_token_count, params.profile_density_count);
-  const double gain_ms = skip_profile_gain_ms(grid, params.log_tokens, density);
+  const double gain_ms = skip_profile_gain_ms(grid, params.log_tokens, params.tokens, density);
   const double cost_ms =
       params.plan_cost_ms >= 0 ? params.plan_cost_ms : skip_profile_plan_ms(grid, params.log_tokens, density);
   return rounded_mul(gain_ms, params.plan_reuse) > cost_ms;
