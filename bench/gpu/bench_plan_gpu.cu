@@ -1,7 +1,8 @@
 // Device time of the GPU plan for a full video-DiT layer (default: Wan2.1-14B at 720p, 401 frames: 40 heads x
 // 2,841 query blocks, video mask at density 0.28), with the stage breakdown from CUDA events and each stage's
 // effective bandwidth (bytes of a single pass over its inputs and outputs / time). One JSON line per input
-// form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms.
+// form and Stage 1 product kernel. Goal: the whole layer in <= 3 ms. The plan includes the permuted CSR
+// (capacity = the layer's nnz, known on the host here), checked against the mask permuted on the host.
 //
 // --stage1 picks Stage 1's product kernel (tensor: the default, fixed-point input on the integer tensor cores;
 // gather: the first design; all (or its older name both): one line per kernel and input form, for comparing
@@ -122,9 +123,16 @@ int main(int argc, char** argv) {
   WA_BENCH_CUDA(cudaMalloc(&schedule, size_t(total_rows) * sizeof(ScheduleItem)));
   WA_BENCH_CUDA(cudaMalloc(&stats, size_t(heads) * sizeof(MaskStats)));
   WA_BENCH_CUDA(cudaMalloc(&skip, size_t(heads)));
-  const cuda::GpuPlanOutputs outputs{permutations, inverses, schedule, HeadOrder::kSequential, stats, skip};
-
   const CsrMask csr = mask.to_csr();
+  int64_t* permuted_row_ptr = nullptr;
+  int32_t* permuted_col_idx = nullptr;
+  WA_BENCH_CUDA(cudaMalloc(&permuted_row_ptr, size_t(total_rows + 1) * sizeof(int64_t)));
+  WA_BENCH_CUDA(cudaMalloc(&permuted_col_idx, std::max<size_t>(size_t(csr.nnz()), 1) * sizeof(int32_t)));
+  cuda::GpuPlanOutputs outputs{permutations, inverses, schedule, HeadOrder::kSequential, stats, skip};
+  outputs.permuted_row_ptr = permuted_row_ptr;
+  outputs.permuted_col_idx = permuted_col_idx;
+  outputs.permuted_col_capacity = std::max<int64_t>(csr.nnz(), 1);
+
   const double density = mask.density();
   const double row_words = (cols + 63) / 64, col_words = (rows + 63) / 64;
   const double bits_bytes = double(total_rows) * row_words * 8;
@@ -164,7 +172,7 @@ int main(int argc, char** argv) {
     for (int warm = 0; warm < 3; ++warm) planner.plan(device_mask, outputs, workspace, stream);
     WA_BENCH_CUDA(cudaStreamSynchronize(stream));
 
-    std::vector<double> total, bitpack, stats_ms, iterations, sorts, schedule_ms;
+    std::vector<double> total, bitpack, stats_ms, iterations, sorts, schedule_ms, permuted_csr_ms;
     for (int r = 0; r < options.repeats; ++r) {
       const cuda::GpuPlanTimes times = planner.plan_timed(device_mask, outputs, workspace, stream);
       total.push_back(times.total_ms);
@@ -173,6 +181,7 @@ int main(int argc, char** argv) {
       iterations.push_back(times.iterations_ms);
       sorts.push_back(times.sorts_ms);
       schedule_ms.push_back(times.schedule_ms);
+      permuted_csr_ms.push_back(times.permuted_csr_ms);
     }
 
     // The same plan replayed from a CUDA graph: no launch overhead between the ~40 kernels.
@@ -205,6 +214,17 @@ int main(int argc, char** argv) {
       equal_heads += std::equal(gpu_permutations.begin() + int64_t(h) * rows,
                                 gpu_permutations.begin() + int64_t(h + 1) * rows,
                                 cpu_permutations.begin() + int64_t(h) * rows);
+    // The permuted CSR against the mask permuted on the host by the device's own permutation (so that an angle
+    // near-tie between the CPU and GPU plans does not count here).
+    const CsrMask expected_csr = mask.permute_rows(gpu_permutations).to_csr();
+    std::vector<int64_t> gpu_row_ptr(expected_csr.row_ptr.size());
+    std::vector<int32_t> gpu_col_idx(expected_csr.col_idx.size());
+    WA_BENCH_CUDA(cudaMemcpy(gpu_row_ptr.data(), permuted_row_ptr, gpu_row_ptr.size() * sizeof(int64_t),
+                             cudaMemcpyDeviceToHost));
+    if (!gpu_col_idx.empty())
+      WA_BENCH_CUDA(cudaMemcpy(gpu_col_idx.data(), permuted_col_idx, gpu_col_idx.size() * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost));
+    const bool csr_equal = gpu_row_ptr == expected_csr.row_ptr && gpu_col_idx == expected_csr.col_idx;
 
     // Bytes of one pass over each stage's inputs and outputs (the stage's floor; the kernels read some of it
     // several times through L2).
@@ -214,22 +234,28 @@ int main(int argc, char** argv) {
         stage1 ? (config.iterations + 1) * (bits_bytes + bits_t_bytes + 16.0 * (2 * total_rows + heads * cols)) : 0;
     const double sort_bytes = stage1 ? 2.0 * 12 * total_rows * 8 + 4.0 * 4 * total_rows : 8.0 * total_rows;
     const double schedule_bytes = double(total_rows) * (4 + 4 + 4 + 8);
+    // Counts (permutation and row NNZ in, int64 out), the scan (int64 in and out), the columns (permutation,
+    // row pointer and the original rows' bits in, 4 bytes per entry out).
+    const double permuted_csr_bytes =
+        double(total_rows) * ((4 + 4 + 8) + (8 + 8) + (4 + 8)) + bits_bytes + 4.0 * double(csr.nnz());
     auto gbps = [](double bytes, double ms) { return ms > 0 ? bytes / (ms * 1e6) : 0.0; };
 
     std::printf(
         "{\"device\": \"%s\", \"heads\": %d, \"rows\": %d, \"kv_blocks\": %d, \"density\": %.4f, \"input\": \"%s\", "
         "\"order\": \"%s\", \"stage1\": \"%s\", \"iterations\": %d, \"repeats\": %d, \"plan_ms\": %.4f, \"graph_plan_ms\": %.4f, "
-        "\"goal_ms\": 3.0, \"cpu_plan_ms\": %.1f, \"heads_equal_to_cpu\": %d, \"workspace_mib\": %.1f, "
+        "\"goal_ms\": 3.0, \"cpu_plan_ms\": %.1f, \"heads_equal_to_cpu\": %d, \"permuted_csr_equal\": %s, "
+        "\"workspace_mib\": %.1f, "
         "\"breakdown\": {\"bitpack_ms\": %.4f, \"stats_ms\": %.4f, \"iterations_ms\": %.4f, \"sorts_ms\": %.4f, "
-        "\"schedule_ms\": %.4f}, \"bandwidth_gbps\": {\"bitpack\": %.1f, \"stats\": %.1f, \"iterations\": %.1f, "
-        "\"sorts\": %.1f, \"schedule\": %.1f}}\n",
+        "\"schedule_ms\": %.4f, \"permuted_csr_ms\": %.4f}, \"bandwidth_gbps\": {\"bitpack\": %.1f, "
+        "\"stats\": %.1f, \"iterations\": %.1f, \"sorts\": %.1f, \"schedule\": %.1f, \"permuted_csr\": %.1f}}\n",
         properties.name, heads, rows, cols, density, form.c_str(), std::string(to_string(config.order)).c_str(),
         stage1_path.c_str(),
         config.iterations, options.repeats, median(total), median(graph_ms), cpu_ms, equal_heads,
-        double(workspace_bytes) / (1 << 20), median(bitpack), median(stats_ms), median(iterations), median(sorts),
-        median(schedule_ms), gbps(pack_bytes, median(bitpack)), gbps(stats_bytes, median(stats_ms)),
+        csr_equal ? "true" : "false", double(workspace_bytes) / (1 << 20), median(bitpack), median(stats_ms),
+        median(iterations), median(sorts), median(schedule_ms), median(permuted_csr_ms),
+        gbps(pack_bytes, median(bitpack)), gbps(stats_bytes, median(stats_ms)),
         gbps(iteration_bytes, median(iterations)), gbps(sort_bytes, median(sorts)),
-        gbps(schedule_bytes, median(schedule_ms)));
+        gbps(schedule_bytes, median(schedule_ms)), gbps(permuted_csr_bytes, median(permuted_csr_ms)));
     std::fflush(stdout);
 
     WA_BENCH_CUDA(cudaEventDestroy(begin));
@@ -245,6 +271,8 @@ int main(int argc, char** argv) {
   cudaFree(schedule);
   cudaFree(stats);
   cudaFree(skip);
+  cudaFree(permuted_row_ptr);
+  cudaFree(permuted_col_idx);
   cudaFree(workspace);
   cudaStreamDestroy(stream);
   return 0;

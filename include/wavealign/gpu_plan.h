@@ -1,6 +1,6 @@
-// Host API of the GPU plan: the WaveAlign permutations, inverses, kernel schedule and skip statistics of
-// every head of a layer, built on the device from a device mask. Compiles without nvcc; the implementation
-// lives in the wavealign::cuda library.
+// Host API of the GPU plan: the WaveAlign permutations, inverses, kernel schedule, skip statistics and
+// (optionally) the permuted CSR of every head of a layer, built on the device from a device mask. Compiles
+// without nvcc; the implementation lives in the wavealign::cuda library.
 //
 // Every plan() call is asynchronous on `stream`: no host synchronization, no allocation (the caller allocates
 // workspace_bytes() once), no host work that reads the mask, so a call can be captured in a CUDA graph. The
@@ -57,6 +57,20 @@ struct GpuPlanOutputs {
   HeadOrder head_order = HeadOrder::kSequential;
   MaskStats* stats = nullptr;       // [heads]: mask_stats() of each head (usable_l2_bytes from config.gpu)
   uint8_t* skip = nullptr;          // [heads]: GpuSkipReason; != kNone => the head's permutation is the identity
+
+  /// The permuted mask as CSR (permuted_mask(mask, plan).to_csr()), for a caller's own block-sparse kernel on
+  /// the permuted rows. Both pointers or neither (null = not written).
+  ///   permuted_row_ptr [heads * q_blocks + 1]: row h*MB + p is original row permutations[h*MB+p] of head h;
+  ///     global over all heads like the input CSR (row_ptr[0] = 0, row_ptr[H*MB] = the mask's nnz). Always
+  ///     written in full and exact, whatever the capacity.
+  ///   permuted_col_idx [permuted_col_capacity]: each row's KV block indices, ascending.
+  /// The nnz is known only on the device, so at most permuted_col_capacity (> 0) entries are written, never
+  /// past it: the capacity must be >= the mask's nnz for a complete CSR (CSR input: its nnz; dense input: at
+  /// most heads * q_blocks * kv_blocks, or the caller's own bound). After the stream completes,
+  /// permuted_row_ptr[H*MB] <= permuted_col_capacity says the entries are complete.
+  int64_t* permuted_row_ptr = nullptr;
+  int32_t* permuted_col_idx = nullptr;
+  int64_t permuted_col_capacity = 0;
 };
 
 /// Device time of each stage, from CUDA events recorded around them by plan_timed() (benchmarks only).
@@ -66,6 +80,7 @@ struct GpuPlanTimes {
   double iterations_ms = 0;  // Stage 1: start block, T iterations, Rayleigh-Ritz, angles
   double sorts_ms = 0;       // per-head angle sort, Stage 2 wave sort, shuffle
   double schedule_ms = 0;    // permutation, inverse, schedule
+  double permuted_csr_ms = 0;  // permuted row counts, their scan, the column indices (0 when not asked for)
   double total_ms = 0;
 };
 
@@ -90,20 +105,24 @@ class GpuPlanner {
   /// Sequence length the profile is read at: config.tokens, or q_blocks x skip_model.kv_block when 0.
   int64_t tokens() const { return tokens_; }
 
-  /// Bytes of device workspace for this shape and config (asks CUB for its sort storage: needs a device).
+  /// Bytes of device workspace for this shape and config. Orders with Stage 1 ask CUB for the sort's storage
+  /// (needs a device); the others need none (the permuted CSR's scan storage is a bound that prepare() checks).
   size_t workspace_bytes() const;
 
   /// One-time setup outside the hot path: writes the seeded start block of Stage 1 (SplitMix64 + Box-Muller,
   /// exactly make_plan's) and the flattened skip profile (when kAuto reads one) into the workspace and sets the
-  /// kernels' shared-memory limits. Synchronizes `stream`. The workspace then belongs to this planner: plan()
+  /// kernels' shared-memory limits, and checks that the workspace's scan storage covers what CUB asks for the
+  /// permuted CSR (Error otherwise). Synchronizes `stream`. The workspace then belongs to this planner: plan()
   /// keeps those regions and overwrites the rest.
   void prepare(void* workspace, size_t bytes, Stream stream);
 
   /// Enqueues the whole plan on `stream`. Throws InvalidArgument naming "mask", "dense", "row_ptr",
-  /// "col_idx", "permutations", "workspace" (or Error when prepare() was not called with this workspace).
+  /// "col_idx", "permutations", "permuted_row_ptr", "permuted_col_idx", "permuted_col_capacity" or
+  /// "workspace" (also when prepare() was not called with this workspace).
   /// cache_key: an opaque caller-chosen key for this mask's content (e.g. layer and step of the mask
   /// producer). When it equals the key of an earlier call with the same outputs, nothing is enqueued and
-  /// false is returned: the outputs already hold that plan. The mask is never read or hashed on the host.
+  /// false is returned: the outputs already hold that plan. A call that writes any buffer of a cached key's
+  /// outputs drops that key. The mask is never read or hashed on the host.
   bool plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
             std::optional<uint64_t> cache_key = std::nullopt);
 

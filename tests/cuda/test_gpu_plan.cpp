@@ -1,6 +1,6 @@
 // The GPU plan against the CPU plan: every order, dense and CSR inputs, partial shapes, empty rows and masks,
-// statistics and skip flags (with and without a calibrated skip profile), graph capture, the plan cache, and
-// the host-side argument checks (which run without a device).
+// statistics and skip flags (with and without a calibrated skip profile), the permuted CSR, graph capture, the
+// plan cache, and the host-side argument checks (which run without a device).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +11,9 @@
 #include <cstring>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_harness.h"
@@ -57,7 +59,8 @@ class DeviceArray {
     if (count_) cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost);
     return values;
   }
-  void poison() { cudaMemset(data_, 0xFF, std::max<size_t>(count_, 1) * sizeof(T)); }
+  void poison() { fill_bytes(0xFF); }
+  void fill_bytes(int byte) { cudaMemset(data_, byte, std::max<size_t>(count_, 1) * sizeof(T)); }
 
  private:
   T* data_ = nullptr;
@@ -120,17 +123,66 @@ struct GpuOutputs {
   DeviceArray<uint8_t> skip;
 };
 
-GpuResult run_gpu(const BlockMask& mask, const PlanConfig& config, Form form,
-                  HeadOrder head_order = HeadOrder::kSequential) {
-  GpuPlanner planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config);
-  const size_t bytes = planner.workspace_bytes();
-  DeviceArray<uint8_t> workspace(bytes);
-  planner.prepare(workspace.get(), bytes, nullptr);
+// A planner for `mask`'s shape with its workspace prepared on `stream` (the default stream unless given).
+// Planning several times through one of these also checks that the regions prepare() filled (start block,
+// profile grid) survive plan() calls.
+struct PreparedPlanner {
+  PreparedPlanner(const BlockMask& mask, const PlanConfig& config, cudaStream_t plan_stream = nullptr)
+      : planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config),
+        workspace(planner.workspace_bytes()),
+        stream(plan_stream) {
+    planner.prepare(workspace.get(), workspace.count(), stream);
+  }
+  bool plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, std::optional<uint64_t> key = std::nullopt) {
+    return planner.plan(mask, outputs, workspace.get(), stream, key);
+  }
+  GpuPlanner planner;
+  DeviceArray<uint8_t> workspace;
+  cudaStream_t stream;
+};
+
+GpuResult run_on(PreparedPlanner& prepared, const BlockMask& mask, Form form,
+                 HeadOrder head_order = HeadOrder::kSequential) {
   DeviceMaskCopy device_mask(mask, form);
   GpuOutputs outputs(mask.heads(), mask.q_blocks());
-  EXPECT_TRUE(planner.plan(device_mask.view, outputs.view(head_order), workspace.get(), nullptr));
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs.view(head_order)));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
   return outputs.download();
+}
+
+GpuResult run_gpu(const BlockMask& mask, const PlanConfig& config, Form form,
+                  HeadOrder head_order = HeadOrder::kSequential) {
+  PreparedPlanner prepared(mask, config);
+  return run_on(prepared, mask, form, head_order);
+}
+
+// A non-blocking stream of its own, for the graph-capture tests.
+class OwnStream {
+ public:
+  OwnStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
+  OwnStream(const OwnStream&) = delete;
+  OwnStream& operator=(const OwnStream&) = delete;
+  ~OwnStream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Captures what `enqueue` puts on `stream` into a CUDA graph, then launches the graph `replays` times and
+// waits for it.
+template <class Enqueue>
+void capture_and_replay(cudaStream_t stream, int replays, Enqueue&& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  WA_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  WA_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+  WA_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < replays; ++replay) WA_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 // True when every head's CPU angles are at least kSeparatedGap apart and away from the +-pi cut, so that
@@ -388,27 +440,17 @@ TEST(GpuPlan, GraphCaptureAndCache) {
   const BlockMask mask = test_support::bernoulli_mask(3, 150, 120, 0.3, 8);
   PlanConfig config;
   config.wave_size = 32;
-  GpuPlanner planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config);
-  cudaStream_t stream = nullptr;
-  WA_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const size_t bytes = planner.workspace_bytes();
-  DeviceArray<uint8_t> workspace(bytes);
-  planner.prepare(workspace.get(), bytes, stream);
+  const OwnStream stream;
+  PreparedPlanner prepared(mask, config, stream.get());
+  GpuPlanner& planner = prepared.planner;
   DeviceMaskCopy device_mask(mask, Form::kCsr);
   GpuOutputs direct(mask.heads(), mask.q_blocks()), captured(mask.heads(), mask.q_blocks());
   WA_CUDA_REQUIRE(cudaDeviceSynchronize());
 
-  EXPECT_TRUE(planner.plan(device_mask.view, direct.view(HeadOrder::kSequential), workspace.get(), stream));
-  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
-
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  WA_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  EXPECT_TRUE(planner.plan(device_mask.view, captured.view(HeadOrder::kSequential), workspace.get(), stream));
-  WA_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
-  WA_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) WA_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
-  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  EXPECT_TRUE(prepared.plan(device_mask.view, direct.view(HeadOrder::kSequential)));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+  capture_and_replay(stream.get(), 2,
+                     [&] { EXPECT_TRUE(prepared.plan(device_mask.view, captured.view(HeadOrder::kSequential))); });
   const GpuResult a = direct.download(), b = captured.download();
   EXPECT_EQ(a.permutations, b.permutations);
   EXPECT_EQ(a.inverses, b.inverses);
@@ -417,20 +459,223 @@ TEST(GpuPlan, GraphCaptureAndCache) {
 
   // Cache: the same key and outputs enqueue nothing; another key, or a forgotten one, plans again.
   const GpuPlanOutputs outputs = direct.view(HeadOrder::kSequential);
-  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
-  EXPECT_FALSE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
-  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 43));
-  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs, 42));
+  EXPECT_FALSE(prepared.plan(device_mask.view, outputs, 42));
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs, 43));
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs, 42));
   planner.forget(42);
-  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs, 42));
   planner.clear_cache();
-  EXPECT_TRUE(planner.plan(device_mask.view, outputs, workspace.get(), stream, 42));
-  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs, 42));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
   EXPECT_EQ(direct.download().permutations, a.permutations);
+}
 
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+// ---- the permuted CSR (GpuPlanOutputs::permuted_row_ptr, permuted_col_idx) ---------------------------
+
+constexpr int32_t kColumnSentinel = 0x7F7F7F7F;  // bytes 0x7F: above every KV block index the planner accepts
+constexpr size_t kGuardEntries = 64;             // sentinel entries after the capacity, which must stay untouched
+
+struct PermutedCsrResult {
+  std::vector<int32_t> permutations;
+  std::vector<int64_t> row_ptr;
+  std::vector<int32_t> col_idx;  // the whole buffer: capacity + kGuardEntries entries
+};
+
+// The plan's outputs plus a permuted CSR of `capacity` entries followed by kGuardEntries sentinels.
+struct PermutedCsrOutputs {
+  PermutedCsrOutputs(int heads, int q_blocks, int64_t capacity)
+      : plan(heads, q_blocks), row_ptr(size_t(heads) * q_blocks + 1),
+        col_idx(size_t(capacity) + kGuardEntries), capacity(capacity) {
+    row_ptr.poison();
+    col_idx.fill_bytes(0x7F);
+  }
+  GpuPlanOutputs view() const {
+    GpuPlanOutputs outputs = plan.view(HeadOrder::kSequential);
+    outputs.permuted_row_ptr = row_ptr.get();
+    outputs.permuted_col_idx = col_idx.get();
+    outputs.permuted_col_capacity = capacity;
+    return outputs;
+  }
+  PermutedCsrResult download() const { return {plan.permutations.download(), row_ptr.download(), col_idx.download()}; }
+  GpuOutputs plan;
+  DeviceArray<int64_t> row_ptr;
+  DeviceArray<int32_t> col_idx;
+  int64_t capacity;
+};
+
+PermutedCsrResult run_permuted_csr(const BlockMask& mask, const PlanConfig& config, Form form, int64_t capacity) {
+  PreparedPlanner prepared(mask, config);
+  DeviceMaskCopy device_mask(mask, form);
+  PermutedCsrOutputs outputs(mask.heads(), mask.q_blocks(), capacity);
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs.view()));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  return outputs.download();
+}
+
+// The CPU's answer: permuted_mask(mask, make_plan(mask, config)) as CSR. Where a head's device permutation
+// differs from the CPU's, which only angle near-ties may cause (docs/gpu-plan.md), the device's permutation
+// of that head is used instead, so that the CSR is still compared exactly.
+CsrMask expected_permuted_csr(const BlockMask& mask, const PlanConfig& config,
+                              const std::vector<int32_t>& gpu_permutations, const std::string& where) {
+  Plan plan = make_plan(mask, config);
+  const int rows = mask.q_blocks();
+  for (int h = 0; h < mask.heads(); ++h) {
+    const std::vector<int32_t> gpu_head(gpu_permutations.begin() + ptrdiff_t(h) * rows,
+                                        gpu_permutations.begin() + ptrdiff_t(h + 1) * rows);
+    std::vector<int32_t>& cpu_head = plan.head_plans[h].permutation;
+    if (gpu_head == cpu_head) continue;
+    const bool near_ties_possible = (config.order == Order::kS1 || config.order == Order::kWaveAlign) &&
+                                    !plan.head_plans[h].skip.skipped && !well_separated(mask, h, config);
+    EXPECT_TRUE(near_ties_possible) << where << " head " << h << ": the permutation differs from the CPU's";
+    cpu_head = gpu_head;
+  }
+  return permuted_mask(mask, plan).to_csr();
+}
+
+std::string csr_label(const std::string& label, const PlanConfig& config, Form form) {
+  return label + (form == Form::kDense ? " dense" : " csr") + " order " + std::string(to_string(config.order)) +
+         (config.skip == SkipPolicy::kAlways ? " skip always" : "");
+}
+
+// The device's permuted CSR against the CPU's when `written` entries fit: row_ptr exact (it never depends on the
+// capacity), the first `written` column indices equal, and the sentinels after them untouched.
+void expect_csr_written_up_to(const PermutedCsrResult& gpu, const CsrMask& expected, int64_t written,
+                              const std::string& where) {
+  EXPECT_EQ(gpu.row_ptr, expected.row_ptr) << where << ": row_ptr";
+  EXPECT_EQ(std::vector<int32_t>(gpu.col_idx.begin(), gpu.col_idx.begin() + written),
+            std::vector<int32_t>(expected.col_idx.begin(), expected.col_idx.begin() + written))
+      << where << ": the column indices that fit";
+  EXPECT_TRUE(std::all_of(gpu.col_idx.begin() + written, gpu.col_idx.end(),
+                          [](int32_t value) { return value == kColumnSentinel; }))
+      << where << ": entries written past " << written;
+}
+
+// The device's permuted CSR with capacity = nnz (1 for an empty mask) against the CPU's: row_ptr and col_idx
+// exactly, nothing written past the nnz.
+void expect_permuted_csr_like_the_cpu(const BlockMask& mask, const PlanConfig& config, Form form,
+                                      const std::string& label) {
+  const std::string where = csr_label(label, config, form);
+  const int64_t nnz = mask.nnz();
+  const PermutedCsrResult gpu = run_permuted_csr(mask, config, form, std::max<int64_t>(nnz, 1));
+  const CsrMask expected = expected_permuted_csr(mask, config, gpu.permutations, where);
+  ASSERT_EQ(expected.nnz(), nnz) << where;
+  expect_csr_written_up_to(gpu, expected, nnz, where);
+}
+
+TEST(GpuPlanPermutedCsr, MatchesTheCpuPermutedMask) {
+  WA_REQUIRE_GPU();
+  // 137 x 70: MB and NB not multiples of 64 (a partial last word, and 70 < 2 x 64 columns); the video mask of
+  // the other tests; every 7th row empty; an all-empty mask; no KV blocks at all (no words per row).
+  const BlockMask partial = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const BlockMask video = video_mask(shape, 4, {128, 128}, {}, 7);
+  BlockMask with_empty_rows = test_support::bernoulli_mask(2, 120, 90, 0.3, 21);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 120; i += 7)
+      for (int j = 0; j < 90; ++j) with_empty_rows.set(h, i, j, false);
+  const BlockMask empty(2, 50, 40);
+  const BlockMask no_columns(2, 30, 0);
+  const std::pair<const BlockMask*, const char*> masks[] = {{&partial, "random 2x137x70"},
+                                                            {&video, "video"},
+                                                            {&with_empty_rows, "empty rows"},
+                                                            {&empty, "empty mask"},
+                                                            {&no_columns, "no columns"}};
+  std::vector<PlanConfig> configs;
+  for (Order order : {Order::kWaveAlign, Order::kOriginal, Order::kShuffled}) {
+    configs.emplace_back();
+    configs.back().order = order;
+    configs.back().wave_size = 24;
+    configs.back().seed = 5;
+  }
+  // Every head skipped: the identity permutation, so the permuted CSR is the input's.
+  configs.push_back(configs.front());
+  configs.back().skip = SkipPolicy::kAlways;
+  for (const auto& [mask, label] : masks)
+    for (const PlanConfig& config : configs)
+      for (Form form : {Form::kDense, Form::kCsr}) expect_permuted_csr_like_the_cpu(*mask, config, form, label);
+
+  // No rows: no kernel runs, and the pointers are the single 0.
+  const BlockMask no_rows(3, 0, 10);
+  EXPECT_EQ(run_permuted_csr(no_rows, PlanConfig{}, Form::kDense, 1).row_ptr, std::vector<int64_t>{0});
+}
+
+TEST(GpuPlanPermutedCsr, CapacityBelowNnzWritesNothingPastIt) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
+  PlanConfig config;
+  config.wave_size = 24;
+  const int64_t nnz = mask.nnz();
+  ASSERT_GT(nnz, 100);
+  const PermutedCsrResult full = run_permuted_csr(mask, config, Form::kCsr, nnz);
+  const CsrMask expected = expected_permuted_csr(mask, config, full.permutations, "full capacity");
+  // One entry; a row boundary; the middle of a row (the first row with at least two entries past entry nnz/2);
+  // one short of the nnz.
+  int64_t mid_row = 0;
+  for (size_t r = 0; r + 1 < expected.row_ptr.size(); ++r)
+    if (expected.row_ptr[r] >= nnz / 2 && expected.row_ptr[r + 1] - expected.row_ptr[r] >= 2) {
+      mid_row = expected.row_ptr[r] + 1;
+      break;
+    }
+  ASSERT_GT(mid_row, 0);
+  const int64_t capacities[] = {1, expected.row_ptr[50], mid_row, nnz - 1};
+  for (int64_t capacity : capacities)
+    for (Form form : {Form::kDense, Form::kCsr}) {
+      const std::string where =
+          csr_label("capacity " + std::to_string(capacity) + " of " + std::to_string(nnz), config, form);
+      const PermutedCsrResult gpu = run_permuted_csr(mask, config, form, capacity);
+      EXPECT_EQ(gpu.permutations, full.permutations) << where;
+      expect_csr_written_up_to(gpu, expected, capacity, where);
+    }
+}
+
+TEST(GpuPlanPermutedCsr, GraphReplayAndCache) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = test_support::bernoulli_mask(3, 150, 120, 0.3, 8);
+  PlanConfig config;
+  config.wave_size = 32;
+  const OwnStream stream;
+  PreparedPlanner prepared(mask, config, stream.get());
+  DeviceMaskCopy device_mask(mask, Form::kCsr);
+  const int64_t nnz = mask.nnz();
+  PermutedCsrOutputs direct(mask.heads(), mask.q_blocks(), nnz), captured(mask.heads(), mask.q_blocks(), nnz);
+  WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+
+  EXPECT_TRUE(prepared.plan(device_mask.view, direct.view()));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+  capture_and_replay(stream.get(), 2, [&] { EXPECT_TRUE(prepared.plan(device_mask.view, captured.view())); });
+  const PermutedCsrResult a = direct.download(), b = captured.download();
+  EXPECT_EQ(a.permutations, b.permutations);
+  EXPECT_EQ(a.row_ptr, b.row_ptr);
+  EXPECT_EQ(a.col_idx, b.col_idx);
+  const CsrMask expected = expected_permuted_csr(mask, config, a.permutations, "graph");
+  EXPECT_EQ(b.row_ptr, expected.row_ptr);
+  EXPECT_EQ(std::vector<int32_t>(b.col_idx.begin(), b.col_idx.begin() + nnz), expected.col_idx);
+
+  // Cache: the permuted CSR is part of the outputs a key stands for.
+  const GpuPlanOutputs with_csr = direct.view();
+  EXPECT_TRUE(prepared.plan(device_mask.view, with_csr, 7));
+  EXPECT_FALSE(prepared.plan(device_mask.view, with_csr, 7));
+  GpuPlanOutputs other_csr = with_csr;  // same plan outputs, another CSR buffer
+  other_csr.permuted_row_ptr = captured.row_ptr.get();
+  other_csr.permuted_col_idx = captured.col_idx.get();
+  EXPECT_TRUE(prepared.plan(device_mask.view, other_csr, 7));
+  GpuPlanOutputs smaller = other_csr;  // a different capacity is a different request
+  smaller.permuted_col_capacity = nnz - 1;
+  EXPECT_TRUE(prepared.plan(device_mask.view, smaller, 7));
+  // Two keys sharing one CSR buffer: planning key 2 overwrites what key 1 cached, so key 1 plans again.
+  PermutedCsrOutputs second(mask.heads(), mask.q_blocks(), nnz);
+  GpuPlanOutputs shared = second.view();
+  shared.permuted_row_ptr = direct.row_ptr.get();
+  shared.permuted_col_idx = direct.col_idx.get();
+  prepared.planner.clear_cache();
+  EXPECT_TRUE(prepared.plan(device_mask.view, with_csr, 1));
+  EXPECT_TRUE(prepared.plan(device_mask.view, shared, 2));
+  EXPECT_TRUE(prepared.plan(device_mask.view, with_csr, 1));
+  EXPECT_FALSE(prepared.plan(device_mask.view, with_csr, 1));
+  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+  EXPECT_EQ(direct.download().row_ptr, a.row_ptr);
+  EXPECT_EQ(direct.download().col_idx, a.col_idx);
 }
 
 // ---- the calibrated skip profile (PlanConfig::profile) on the device ---------------------------------
@@ -496,27 +741,6 @@ PlanConfig profile_config(Order order) {
   return config;
 }
 
-// One planner and its prepared workspace, planning several times: the profile that prepare() copied into
-// the workspace must survive every plan() call.
-class PreparedPlanner {
- public:
-  PreparedPlanner(const BlockMask& mask, const PlanConfig& config)
-      : planner_(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config), workspace_(planner_.workspace_bytes()) {
-    planner_.prepare(workspace_.get(), workspace_.count(), nullptr);
-  }
-  GpuResult run(const BlockMask& mask, Form form, HeadOrder head_order = HeadOrder::kSequential) {
-    DeviceMaskCopy device_mask(mask, form);
-    GpuOutputs outputs(mask.heads(), mask.q_blocks());
-    EXPECT_TRUE(planner_.plan(device_mask.view, outputs.view(head_order), workspace_.get(), nullptr));
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-    return outputs.download();
-  }
-
- private:
-  GpuPlanner planner_;
-  DeviceArray<uint8_t> workspace_;
-};
-
 bool decided_by_profile(const HeadPlan& head_plan) {
   return head_plan.skip.reason.find("(profile of ") != std::string::npos;
 }
@@ -532,7 +756,7 @@ std::vector<bool> expect_profile_skips_like_the_cpu(const BlockMask& mask, const
   const int rows = mask.q_blocks();
   std::vector<bool> skipped(size_t(mask.heads()));
   for (Form form : {Form::kDense, Form::kCsr}) {
-    const GpuResult gpu = planner.run(mask, form);
+    const GpuResult gpu = run_on(planner, mask, form);
     for (int h = 0; h < mask.heads(); ++h) {
       const HeadPlan& expected = cpu.head_plans[h];
       const std::string where = label + (form == Form::kDense ? " dense" : " csr") + " head " + std::to_string(h) +
@@ -601,31 +825,18 @@ TEST(GpuPlanProfile, GraphReplayReadsTheProfile) {
   // The profile decision reads only the workspace that prepare() filled: a captured plan replays it.
   const BlockMask mask = mixed_density_mask();
   const PlanConfig config = profile_config(Order::kS2);
-  GpuPlanner planner(mask.heads(), mask.q_blocks(), mask.kv_blocks(), config);
-  cudaStream_t stream = nullptr;
-  WA_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const size_t bytes = planner.workspace_bytes();
-  DeviceArray<uint8_t> workspace(bytes);
-  planner.prepare(workspace.get(), bytes, stream);
+  const OwnStream stream;
+  PreparedPlanner prepared(mask, config, stream.get());
   DeviceMaskCopy device_mask(mask, Form::kCsr);
   GpuOutputs captured(mask.heads(), mask.q_blocks());
   WA_CUDA_REQUIRE(cudaDeviceSynchronize());
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  WA_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  EXPECT_TRUE(planner.plan(device_mask.view, captured.view(HeadOrder::kSequential), workspace.get(), stream));
-  WA_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
-  WA_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-  WA_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
-  WA_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  capture_and_replay(stream.get(), 1,
+                     [&] { EXPECT_TRUE(prepared.plan(device_mask.view, captured.view(HeadOrder::kSequential))); });
   const GpuResult replayed = captured.download();
   const Plan cpu = make_plan(mask, config);
   for (int h = 0; h < mask.heads(); ++h)
     EXPECT_EQ(replayed.skip[h] != uint8_t(GpuSkipReason::kNone), cpu.head_plans[h].skip.skipped) << "head " << h;
   EXPECT_EQ(replayed.permutations, cpu.permutations());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // ---- host-side argument checks: no device needed -------------------------------------------------------
@@ -717,6 +928,37 @@ TEST(GpuPlanArguments, PlanNamesTheArgument) {
   expect_invalid([&] { planner.plan(good, outputs, fake, nullptr); }, "workspace");  // prepare() not called
   expect_invalid([&] { planner.prepare(nullptr, 1 << 20, nullptr); }, "workspace");
   expect_invalid([&] { planner.prepare(fake, 1, nullptr); }, "workspace");
+}
+
+TEST(GpuPlanArguments, PermutedCsrNamesTheArgument) {
+  PlanConfig config;
+  config.order = Order::kS2;
+  auto* fake = reinterpret_cast<void*>(uintptr_t(4096));
+  GpuPlanOutputs outputs;
+  outputs.permutations = static_cast<int32_t*>(fake);
+  GpuPlanOutputs only_row_ptr = outputs;
+  only_row_ptr.permuted_row_ptr = static_cast<int64_t*>(fake);
+  only_row_ptr.permuted_col_capacity = 100;
+  GpuPlanOutputs only_col_idx = outputs;
+  only_col_idx.permuted_col_idx = static_cast<int32_t*>(fake);
+  only_col_idx.permuted_col_capacity = 100;
+  GpuPlanOutputs both = only_row_ptr;
+  both.permuted_col_idx = static_cast<int32_t*>(fake);
+  // Checked for every shape, also without rows (then row_ptr[0] is still written).
+  for (int q_blocks : {10, 0}) {
+    GpuPlanner planner(2, q_blocks, 20, config);
+    const DeviceMask mask{2, q_blocks, 20, static_cast<const uint8_t*>(fake), nullptr, nullptr};
+    expect_invalid([&] { planner.plan(mask, only_row_ptr, fake, nullptr); }, "permuted_col_idx");
+    expect_invalid([&] { planner.plan(mask, only_col_idx, fake, nullptr); }, "permuted_row_ptr");
+    for (int64_t capacity : {int64_t(0), int64_t(-5)}) {
+      GpuPlanOutputs bad = both;
+      bad.permuted_col_capacity = capacity;
+      expect_invalid([&] { planner.plan(mask, bad, fake, nullptr); }, "permuted_col_capacity");
+      expect_invalid([&] { planner.plan_timed(mask, bad, fake, nullptr); }, "permuted_col_capacity");
+    }
+    // Valid CSR outputs get as far as the workspace, which prepare() never set up.
+    expect_invalid([&] { planner.plan(mask, both, fake, nullptr); }, "workspace");
+  }
 }
 
 }  // namespace

@@ -47,15 +47,18 @@ struct WorkspaceLayout {
   size_t wave_union = 0;   // int64 [H]: sum over waves of the distinct KV blocks of a wave
   size_t touched = 0;      // uint64 [H*row_words]: KV blocks the head reads at all
   size_t skip = 0;         // uint8 [H]: GpuSkipReason
-  size_t sort_temp = 0;    // CUB temporary storage
+  size_t sort_temp = 0;    // CUB temporary storage of the sort
   size_t sort_temp_bytes = 0;
+  size_t csr_counts = 0;   // int64 [H*MB]: NNZ of each permuted row (the permuted CSR's scan input)
+  size_t scan_temp = 0;    // CUB temporary storage of that scan: scan_temp_bound(), checked by prepare()
+  size_t scan_temp_bytes = 0;
   size_t total = 0;
 };
 
 bool needs_stage1(Order order);
 
-/// Layout for `shape`, with sort_temp_bytes() of CUB storage and `profile_values` doubles of skip profile grid
-/// (host arithmetic only).
+/// Layout for `shape`, with sort_temp_bytes() of CUB sort storage, scan_temp_bound() of CUB scan storage and
+/// `profile_values` doubles of skip profile grid (host arithmetic only).
 WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes,
                                  size_t profile_values);
 
@@ -138,5 +141,26 @@ void launch_shuffle(const PlanShape& shape, uint64_t seed, int32_t* order_out, c
 /// Final permutation (identity for skipped heads or a null order), inverse and schedule.
 void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip,
                      const GpuPlanOutputs& outputs, cudaStream_t stream);
+
+// ---- permuted_csr.cu ----
+struct PermutedCsrBuffers {
+  const int32_t* permutations;  // the assembled permutation (GpuPlanOutputs::permutations)
+  const int32_t* row_nnz;       // int32 [H*MB], original order (stats)
+  const uint64_t* bits;         // the bit-packed rows, padding bits zero
+  int64_t* counts;              // workspace: int64 [H*MB]
+  void* scan_temp;              // workspace: CUB scan storage
+  size_t scan_temp_bytes;
+  int64_t* row_ptr;             // [H*MB + 1]
+  int32_t* col_idx;             // [capacity]
+  int64_t capacity;             // > 0
+};
+/// Bytes of workspace reserved for the scan's CUB storage: a bound from host arithmetic, so that
+/// workspace_bytes() needs no device for orders without Stage 1 (0 when there are no rows).
+size_t scan_temp_bound(const PlanShape& shape);
+/// CUB's own size for that scan (needs a device); prepare() checks it against scan_temp_bound().
+size_t scan_temp_bytes(const PlanShape& shape);
+/// permuted_mask(mask, plan).to_csr() from the assembled permutation: exact row pointers, at most `capacity`
+/// column indices. Rows are global over the heads; with no rows only row_ptr[0] = 0 is written.
+void launch_permuted_csr(const PlanShape& shape, const PermutedCsrBuffers& buffers, cudaStream_t stream);
 
 }  // namespace wavealign::cuda::plan

@@ -59,6 +59,9 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
   layout.skip = take(heads);
   layout.sort_temp_bytes = stage1 ? sort_temp_bytes : 0;
   layout.sort_temp = take(layout.sort_temp_bytes);
+  layout.csr_counts = take(rows * 8);
+  layout.scan_temp_bytes = scan_temp_bound(shape);
+  layout.scan_temp = take(layout.scan_temp_bytes);
   layout.total = std::max<size_t>(cursor, kAlign);
   return layout;
 }
@@ -74,7 +77,30 @@ constexpr int kStaticSharedReserve = 2048;        // the product kernel's static
 
 bool same_outputs(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
   return a.permutations == b.permutations && a.inverses == b.inverses && a.schedule == b.schedule &&
-         a.head_order == b.head_order && a.stats == b.stats && a.skip == b.skip;
+         a.head_order == b.head_order && a.stats == b.stats && a.skip == b.skip &&
+         a.permuted_row_ptr == b.permuted_row_ptr && a.permuted_col_idx == b.permuted_col_idx &&
+         a.permuted_col_capacity == b.permuted_col_capacity;
+}
+
+// True when a call writing `b` overwrites a buffer of `a`: the plan cached for `a` is then gone (one permuted
+// CSR buffer shared by several cached keys, for example).
+bool shares_a_buffer(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
+  auto same = [](const void* x, const void* y) { return x != nullptr && x == y; };
+  return same(a.permutations, b.permutations) || same(a.inverses, b.inverses) || same(a.schedule, b.schedule) ||
+         same(a.stats, b.stats) || same(a.skip, b.skip) || same(a.permuted_row_ptr, b.permuted_row_ptr) ||
+         same(a.permuted_col_idx, b.permuted_col_idx);
+}
+
+plan::PlanShape shape_of(int heads, int q_blocks, int kv_blocks, int wave_size, int stats_wave) {
+  plan::PlanShape shape;
+  shape.heads = heads;
+  shape.q_blocks = q_blocks;
+  shape.kv_blocks = kv_blocks;
+  shape.row_words = (kv_blocks + 63) / 64;
+  shape.col_words = (q_blocks + 63) / 64;
+  shape.wave_size = wave_size;
+  shape.stats_wave = stats_wave;
+  return shape;
 }
 
 }  // namespace
@@ -112,16 +138,11 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
 }
 
 size_t GpuPlanner::workspace_bytes() const {
-  plan::PlanShape shape;
-  shape.heads = heads_;
-  shape.q_blocks = q_blocks_;
+  const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, 1);
   if (!sort_temp_known_ && plan::needs_stage1(config_.order)) {
     sort_temp_bytes_ = plan::sort_temp_bytes(shape);
     sort_temp_known_ = true;
   }
-  shape.kv_blocks = kv_blocks_;
-  shape.row_words = (kv_blocks_ + 63) / 64;
-  shape.col_words = (q_blocks_ + 63) / 64;
   return plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size()).total;
 }
 
@@ -137,9 +158,14 @@ void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   max_dynamic_shared_bytes_ = std::max(48 << 10, optin - kStaticSharedReserve);
-  const plan::WorkspaceLayout layout = plan::workspace_layout(
-      {heads_, q_blocks_, kv_blocks_, (kv_blocks_ + 63) / 64, (q_blocks_ + 63) / 64, wave_size_, 1},
-      config_.order, sort_temp_bytes_, profile_grid_.size());
+  const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, 1);
+  const plan::WorkspaceLayout layout =
+      plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size());
+  // The scan's storage is reserved from a bound (no device needed in workspace_bytes()); CUB's own figure is
+  // only known here.
+  const size_t scan_bytes = plan::scan_temp_bytes(shape);
+  WA_CHECK(scan_bytes <= layout.scan_temp_bytes, "the permuted CSR's scan needs ", scan_bytes,
+           " bytes of CUB storage, the workspace reserves ", layout.scan_temp_bytes, " (plan::scan_temp_bound)");
   char* base = static_cast<char*>(workspace);
   if (plan::needs_stage1(config_.order)) {
     plan::set_subspace_shared_limit(max_dynamic_shared_bytes_);
@@ -182,6 +208,15 @@ void GpuPlanner::check_call(const DeviceMask& mask, const GpuPlanOutputs& output
     }
     WA_CHECK_ARG(outputs.permutations != nullptr, "permutations", "is null (the permutation output is required)");
   }
+  const bool row_ptr_set = outputs.permuted_row_ptr != nullptr, col_idx_set = outputs.permuted_col_idx != nullptr;
+  WA_CHECK_ARG(row_ptr_set || !col_idx_set, "permuted_row_ptr",
+               "is null while permuted_col_idx is set; the permuted CSR needs both (or neither)");
+  WA_CHECK_ARG(col_idx_set || !row_ptr_set, "permuted_col_idx",
+               "is null while permuted_row_ptr is set; the permuted CSR needs both (or neither)");
+  if (row_ptr_set)
+    WA_CHECK_ARG(outputs.permuted_col_capacity > 0, "permuted_col_capacity",
+                 "must be > 0 (entries available in permuted_col_idx, at least the mask's nnz), got ",
+                 outputs.permuted_col_capacity);
   WA_CHECK_ARG(workspace != nullptr, "workspace", "is null");
   WA_CHECK_ARG(workspace == prepared_workspace_, "workspace",
                "was not set up by prepare(); call prepare(workspace, bytes, stream) once before plan()");
@@ -189,15 +224,8 @@ void GpuPlanner::check_call(const DeviceMask& mask, const GpuPlanOutputs& output
 
 void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
                          void* const* events) const {
-  plan::PlanShape shape;
-  shape.heads = heads_;
-  shape.q_blocks = q_blocks_;
-  shape.kv_blocks = kv_blocks_;
-  shape.row_words = (kv_blocks_ + 63) / 64;
-  shape.col_words = (q_blocks_ + 63) / 64;
-  shape.wave_size = wave_size_;
   const GpuModel gpu = gpu_model(config_.gpu);
-  shape.stats_wave = gpu.slots();
+  const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, gpu.slots());
   const plan::WorkspaceLayout layout =
       plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size());
   char* base = static_cast<char*>(workspace);
@@ -296,6 +324,21 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
   mark(4);
   plan::launch_assemble(shape, order, skip, outputs, stream);
   mark(5);
+
+  if (outputs.permuted_row_ptr) {
+    plan::PermutedCsrBuffers csr;
+    csr.permutations = outputs.permutations;
+    csr.row_nnz = row_nnz;
+    csr.bits = bits;
+    csr.counts = static_cast<int64_t*>(at(layout.csr_counts));
+    csr.scan_temp = at(layout.scan_temp);
+    csr.scan_temp_bytes = layout.scan_temp_bytes;
+    csr.row_ptr = outputs.permuted_row_ptr;
+    csr.col_idx = outputs.permuted_col_idx;
+    csr.capacity = outputs.permuted_col_capacity;
+    plan::launch_permuted_csr(shape, csr, stream);
+  }
+  mark(6);
 }
 
 bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
@@ -305,8 +348,8 @@ bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, voi
     for (const CacheEntry& entry : cache_)
       if (entry.key == *cache_key && same_outputs(entry.outputs, outputs)) return false;
   }
-  // These outputs are about to hold a new plan: no earlier key may claim them.
-  std::erase_if(cache_, [&](const CacheEntry& entry) { return entry.outputs.permutations == outputs.permutations; });
+  // These outputs are about to hold a new plan: no earlier key may claim any of their buffers.
+  std::erase_if(cache_, [&](const CacheEntry& entry) { return shares_a_buffer(entry.outputs, outputs); });
   enqueue(mask, outputs, workspace, stream, nullptr);
   if (cache_key) cache_.push_back({*cache_key, outputs});
   return true;
@@ -315,8 +358,8 @@ bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, voi
 GpuPlanTimes GpuPlanner::plan_timed(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace,
                                     Stream stream) {
   check_call(mask, outputs, workspace);
-  std::erase_if(cache_, [&](const CacheEntry& entry) { return entry.outputs.permutations == outputs.permutations; });
-  constexpr int kEvents = 6;
+  std::erase_if(cache_, [&](const CacheEntry& entry) { return shares_a_buffer(entry.outputs, outputs); });
+  constexpr int kEvents = 7;
   cudaEvent_t events[kEvents] = {};
   for (cudaEvent_t& event : events) WA_CUDA_CHECK(cudaEventCreate(&event));
   GpuPlanTimes times;
@@ -332,6 +375,7 @@ GpuPlanTimes GpuPlanner::plan_timed(const DeviceMask& mask, const GpuPlanOutputs
     times.iterations_ms = ms[2];
     times.sorts_ms = ms[3];
     times.schedule_ms = ms[4];
+    times.permuted_csr_ms = ms[5];
     float total = 0;
     WA_CUDA_CHECK(cudaEventElapsedTime(&total, events[0], events[kEvents - 1]));
     times.total_ms = total;

@@ -1,7 +1,8 @@
 // The per-head sort of Stage 1: rows by polar angle ascending, ties by original row. One CUB segmented radix
 // sort over all heads (one segment per head); radix sorting is stable, and the values enter in row order, so
-// equal angles keep the lower row first, like make_plan's std::stable_sort. This file holds the only CUB
-// instantiation of the plan (double keys, int32 values): CUB templates dominate compile time.
+// equal angles keep the lower row first, like make_plan's std::stable_sort. This file holds one of the plan's
+// two CUB instantiations (double keys, int32 values; the other is the permuted CSR's int64 scan in
+// permuted_csr.cu): CUB templates dominate compile time.
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <cuda_runtime.h>
 
