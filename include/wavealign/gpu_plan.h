@@ -89,8 +89,8 @@ struct GpuPlanTimes {
 class GpuPlanner {
  public:
   /// Validates on the host (no device needed); throws InvalidArgument naming the argument ("heads",
-  /// "q_blocks", "kv_blocks", "wave_size", "iterations", "skip_model", "plan_reuse", "predict_waves",
-  /// "tokens", or "profile: <field>" as make_plan does). config.threads is ignored.
+  /// "q_blocks", "kv_blocks", and check_plan_config's "wave_size" ... "profile: <field>", the checks make_plan
+  /// applies). config.threads is checked but not used.
   /// SkipPolicy::kAuto decides each head on the device as make_plan does: the statistics thresholds first,
   /// then, when config.profile is set, the profile's gain at (tokens(), the head's density) against its plan
   /// cost (GpuSkipReason::kNoGain). Without a profile the statistics alone decide: make_plan's fallback, a

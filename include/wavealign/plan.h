@@ -57,6 +57,11 @@ struct Plan {
 
 /// Builds the plan for every head (heads in parallel; the result is the same for any thread count).
 /// Throws InvalidArgument naming the config field for bad values.
+/// The checks of `config` that make_plan and the GPU planner both apply: throws InvalidArgument naming
+/// "wave_size", "iterations", "threads", "skip_model", "plan_reuse", "predict_waves", "tokens" or
+/// "profile: <field>".
+void check_plan_config(const PlanConfig& config);
+
 Plan make_plan(const BlockMask& mask, const PlanConfig& config);
 
 /// The mask with each head's rows in plan order: row p of head h is original row permutation[p].

@@ -141,7 +141,10 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
   return head_plan;
 }
 
-void check_config(const PlanConfig& config) {
+
+}  // namespace
+
+void check_plan_config(const PlanConfig& config) {
   WA_CHECK_ARG(config.wave_size >= 0, "wave_size", "must be >= 0 (0 = the GPU's slots), got ", config.wave_size);
   WA_CHECK_ARG(config.iterations >= 1 && config.iterations <= 1000, "iterations", "must be in [1, 1000], got ",
                config.iterations);
@@ -155,8 +158,6 @@ void check_config(const PlanConfig& config) {
   if (config.profile) check_skip_profile(*config.profile, "profile");
 }
 
-}  // namespace
-
 std::vector<int32_t> head_permutation(const BlockMask& mask, int head, Order order, int wave_size, int iterations,
                                       uint64_t seed) {
   PlanConfig config;
@@ -165,14 +166,14 @@ std::vector<int32_t> head_permutation(const BlockMask& mask, int head, Order ord
   config.iterations = iterations;
   config.seed = seed;
   config.skip = SkipPolicy::kNever;
-  check_config(config);
+  check_plan_config(config);
   WA_CHECK_ARG(wave_size >= 1, "wave_size", "must be >= 1, got ", wave_size);
   WA_CHECK_ARG(head >= 0 && head < mask.heads(), "head", head, " is outside [0, ", mask.heads(), ")");
   return plan_head(mask, head, config, gpu_model(config.gpu), wave_size).permutation;
 }
 
 Plan make_plan(const BlockMask& mask, const PlanConfig& config) {
-  check_config(config);
+  check_plan_config(config);
   const auto start = Clock::now();
   const GpuModel gpu = gpu_model(config.gpu);
   Plan plan;

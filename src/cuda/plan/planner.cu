@@ -113,16 +113,8 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
                kv_blocks);
   WA_CHECK_ARG(int64_t(heads) * q_blocks <= INT_MAX, "q_blocks", "heads x q_blocks = ", int64_t(heads) * q_blocks,
                " exceeds the int32 row index of the plan");
-  WA_CHECK_ARG(config.wave_size >= 0, "wave_size", "must be >= 0 (0 = the GPU's slots), got ", config.wave_size);
-  WA_CHECK_ARG(config.iterations >= 1 && config.iterations <= 1000, "iterations", "must be in [1, 1000], got ",
-               config.iterations);
+  check_plan_config(config);  // make_plan's checks; config.threads is not used here
   const SkipModel& model = config.skip_model;
-  WA_CHECK_ARG(model.head_dim > 0 && model.element_bytes > 0 && model.kv_block > 0, "skip_model",
-               "head_dim, element_bytes and kv_block must be positive");
-  WA_CHECK_ARG(model.plan_reuse > 0, "plan_reuse", "must be > 0, got ", model.plan_reuse);
-  WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
-  WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
-  if (config.profile) check_skip_profile(*config.profile, "profile");
   wave_size_ = config.wave_size > 0 ? config.wave_size : gpu_model(config.gpu).slots();
   tokens_ = config.tokens > 0 ? config.tokens : int64_t(q_blocks) * model.kv_block;
   // make_plan reads the profile only under kAuto and never for the original order; the device does the same.
