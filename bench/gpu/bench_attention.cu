@@ -5,12 +5,14 @@
 //
 //   bench_attention [--heads 8] [--tokens 32768 | --model wan2.1-14b --frames 401] [--head-dim 128]
 //                   [--block 128] [--dtype bf16|fp16] [--mask random|video] [--density 0.28 | --dense]
-//                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled]
+//                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled] [--wave-size W]
 //                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--iters 10]
 //                   [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
 //
 // --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
 // --save-perm write the mask (bool [H,MB,NB]) and the plan's permutation (int32 [H,MB]) for the peer benchmark.
+//
+// --wave-size sets the plan's wave W (default 0: the H200's 132 slots).
 //
 // --cold-l2 writes a buffer of twice the L2 size before each timed run, so every run starts with no K/V in
 // L2 (the labelled "cold" number); without it consecutive runs reuse whatever the previous one left.
@@ -61,6 +63,7 @@ struct Options {
   double density = 0.28;
   bool dense = false;
   std::string order = "original";
+  int wave_size = 0;  // 0 = the GPU's slots
   Traversal traversal = Traversal::kAscending;
   KernelPath path = KernelPath::kAuto;
   int warmup = 2;
@@ -94,6 +97,7 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--density") o.density = std::stod(value());
     else if (flag == "--dense") o.dense = true;
     else if (flag == "--order") o.order = value();
+    else if (flag == "--wave-size") o.wave_size = std::stoi(value());
     else if (flag == "--traversal") o.traversal = from_string<Traversal>(value());
     else if (flag == "--path") {
       const std::string v = value();
@@ -144,6 +148,7 @@ Schedule make_bench_schedule(const Options& o, const BlockMask* mask, int q_bloc
   config.order = from_string<Order>(o.order);
   config.gpu = GpuPreset::kH200;
   config.seed = o.seed;
+  config.wave_size = o.wave_size;
   const Plan plan = make_plan(*mask, config);
   if (!o.json) std::printf("plan: %.1f ms for %d heads\n", plan.plan_ms, o.heads);
   *permutation = plan.permutations();
