@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "wavealign/plan.h"
 #include "wavealign/skip_profile.h"
@@ -39,6 +40,16 @@ inline PlanConfig plan_config(const std::string& order, const std::string& gpu, 
   config.tokens = tokens;
   return config;
 }
+
+/// Times of one head's plan in ms (NaN where not measured, as for GPU-built plans).
+struct HeadPlanTimes {
+  double plan_ms = 0, stage1_ms = 0, stage2_ms = 0;
+};
+
+/// The dict of Plan.stats(): one list per MaskStats field and per time over the heads, then the plan-wide
+/// fields. One layout for CPU-built and GPU-built plans (plan.cpp).
+nanobind::dict plan_stats_dict(const std::vector<MaskStats>& stats, const std::vector<HeadPlanTimes>& times,
+                               double total_plan_ms, int wave_size, Order order, int skipped_heads);
 
 void bind_plan(nanobind::module_& module);       // masks from dense / CSR / Flex arrays, skip profiles, make_plan
 void bind_reference(nanobind::module_& module);  // CPU reference attention

@@ -92,7 +92,7 @@ std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuP
   const std::vector<MaskStats> stats = values_of<MaskStats>(stats_bytes, heads, "stats");
   const std::vector<uint8_t> flags = values_of<uint8_t>(skip_bytes, heads, "skip");
   const double not_measured = std::numeric_limits<double>::quiet_NaN();
-  nb::list skipped, nnz, density, jaccard, working_set, wave_working_set, usable_l2, plan_ms, stage1_ms, stage2_ms;
+  nb::list skipped;
   std::vector<std::string> reasons;
   int skipped_heads = 0;
   for (size_t h = 0; h < heads; ++h) {
@@ -101,30 +101,10 @@ std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuP
     skipped_heads += is_skipped;
     skipped.append(is_skipped);
     reasons.push_back(reason_of(planner, flag, stats[h]));
-    nnz.append(stats[h].nnz);
-    density.append(stats[h].density);
-    jaccard.append(stats[h].adjacent_jaccard);
-    working_set.append(stats[h].kv_working_set_bytes);
-    wave_working_set.append(stats[h].wave_working_set_bytes);
-    usable_l2.append(stats[h].usable_l2_bytes);
-    plan_ms.append(not_measured);
-    stage1_ms.append(not_measured);
-    stage2_ms.append(not_measured);
   }
-  nb::dict result;
-  result["nnz"] = nnz;
-  result["density"] = density;
-  result["adjacent_jaccard"] = jaccard;
-  result["kv_working_set_bytes"] = working_set;
-  result["wave_working_set_bytes"] = wave_working_set;
-  result["usable_l2_bytes"] = usable_l2;
-  result["plan_ms"] = plan_ms;
-  result["stage1_ms"] = stage1_ms;
-  result["stage2_ms"] = stage2_ms;
-  result["total_plan_ms"] = not_measured;
-  result["wave_size"] = planner.wave_size();
-  result["order"] = std::string(to_string(planner.config().order));
-  result["skipped_heads"] = skipped_heads;
+  const std::vector<HeadPlanTimes> times(heads, {not_measured, not_measured, not_measured});
+  nb::dict result = plan_stats_dict(stats, times, not_measured, planner.wave_size(), planner.config().order,
+                                    skipped_heads);
   return {skipped, reasons, result};
 }
 

@@ -196,36 +196,47 @@ nb::ndarray<nb::numpy> schedule_of(const Plan& plan, const std::string& head_ord
 }
 
 nb::dict stats_of(const Plan& plan) {
-  nb::list nnz, density, jaccard, working_set, wave_working_set, usable_l2, plan_ms, stage1_ms, stage2_ms;
+  std::vector<MaskStats> stats;
+  std::vector<HeadPlanTimes> times;
   for (const HeadPlan& head : plan.head_plans) {
-    nnz.append(head.stats.nnz);
-    density.append(head.stats.density);
-    jaccard.append(head.stats.adjacent_jaccard);
-    working_set.append(head.stats.kv_working_set_bytes);
-    wave_working_set.append(head.stats.wave_working_set_bytes);
-    usable_l2.append(head.stats.usable_l2_bytes);
-    plan_ms.append(head.plan_ms);
-    stage1_ms.append(head.stage1_ms);
-    stage2_ms.append(head.stage2_ms);
+    stats.push_back(head.stats);
+    times.push_back({head.plan_ms, head.stage1_ms, head.stage2_ms});
   }
-  nb::dict stats;
-  stats["nnz"] = nnz;
-  stats["density"] = density;
-  stats["adjacent_jaccard"] = jaccard;
-  stats["kv_working_set_bytes"] = working_set;
-  stats["wave_working_set_bytes"] = wave_working_set;
-  stats["usable_l2_bytes"] = usable_l2;
-  stats["plan_ms"] = plan_ms;
-  stats["stage1_ms"] = stage1_ms;
-  stats["stage2_ms"] = stage2_ms;
-  stats["total_plan_ms"] = plan.plan_ms;
-  stats["wave_size"] = plan.wave_size;
-  stats["order"] = std::string(to_string(plan.order));
-  stats["skipped_heads"] = plan.skipped_heads();
-  return stats;
+  return plan_stats_dict(stats, times, plan.plan_ms, plan.wave_size, plan.order, plan.skipped_heads());
 }
 
 }  // namespace
+
+nb::dict plan_stats_dict(const std::vector<MaskStats>& stats, const std::vector<HeadPlanTimes>& times,
+                         double total_plan_ms, int wave_size, Order order, int skipped_heads) {
+  nb::list nnz, density, jaccard, working_set, wave_working_set, usable_l2, plan_ms, stage1_ms, stage2_ms;
+  for (size_t h = 0; h < stats.size(); ++h) {
+    nnz.append(stats[h].nnz);
+    density.append(stats[h].density);
+    jaccard.append(stats[h].adjacent_jaccard);
+    working_set.append(stats[h].kv_working_set_bytes);
+    wave_working_set.append(stats[h].wave_working_set_bytes);
+    usable_l2.append(stats[h].usable_l2_bytes);
+    plan_ms.append(times[h].plan_ms);
+    stage1_ms.append(times[h].stage1_ms);
+    stage2_ms.append(times[h].stage2_ms);
+  }
+  nb::dict result;
+  result["nnz"] = nnz;
+  result["density"] = density;
+  result["adjacent_jaccard"] = jaccard;
+  result["kv_working_set_bytes"] = working_set;
+  result["wave_working_set_bytes"] = wave_working_set;
+  result["usable_l2_bytes"] = usable_l2;
+  result["plan_ms"] = plan_ms;
+  result["stage1_ms"] = stage1_ms;
+  result["stage2_ms"] = stage2_ms;
+  result["total_plan_ms"] = total_plan_ms;
+  result["wave_size"] = wave_size;
+  result["order"] = std::string(to_string(order));
+  result["skipped_heads"] = skipped_heads;
+  return result;
+}
 
 void bind_plan(nb::module_& module) {
   nb::class_<ProfileHandle>(module, "SkipProfile",
