@@ -6,8 +6,8 @@
 //   bench_attention [--heads 8] [--tokens 32768 | --model wan2.1-14b --frames 401] [--head-dim 128]
 //                   [--block 128] [--dtype bf16|fp16] [--mask random|video] [--density 0.28 | --dense]
 //                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled] [--wave-size W]
-//                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--iters 10]
-//                   [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
+//                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--warmup-ms 0]
+//                   [--iters 10] [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
 //
 // --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
 // --save-perm write the mask (bool [H,MB,NB]) and the plan's permutation (int32 [H,MB]) for the peer benchmark.
@@ -16,6 +16,17 @@
 //
 // --cold-l2 writes a buffer of twice the L2 size before each timed run, so every run starts with no K/V in
 // L2 (the labelled "cold" number); without it consecutive runs reuse whatever the previous one left.
+//
+// --warmup-ms MS keeps launching untimed warm-up runs after the --warmup count (with the same L2 flush as the
+// timed runs) until the warm-up kernels have run MS milliseconds in total. The H200 runs this kernel at its
+// 700 W software power cap: the cap engages within ~100 ms of a kernel starting and the SM clock falls from
+// 1980 MHz to ~1490-1650 MHz, but the first ~100-300 ms after an idle period still run at boost clocks. A
+// short case (a 20 ms kernel x 6 runs) is thus timed partly in that transient (one case read 597 and 689 TF/s
+// in two sessions); ~2 s of warm-up puts every timed run in the steady, power-capped state.
+//
+// The SM clock, board power and the share of time under the power cap are sampled (NVML, every 10 ms) during
+// the timed runs only and reported as sm_clock_mhz, power_w and power_capped (null without NVML), next to
+// warmup_ms, the warm-up kernel time actually spent.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_clock_sampler.h"
 #include "wavealign/attention.h"
 #include "wavealign/io.h"
 #include "wavealign/mask.h"
@@ -67,10 +79,25 @@ struct Options {
   Traversal traversal = Traversal::kAscending;
   KernelPath path = KernelPath::kAuto;
   int warmup = 2;
+  double warmup_ms = 0;  // warm-up kernel time to reach after the `warmup` runs
   int iters = 10;
   bool cold_l2 = false;
   uint64_t seed = 1;
 };
+
+// A duration in milliseconds: finite and >= 0, else an error that names the flag.
+double parse_milliseconds(const std::string& flag, const std::string& text) {
+  size_t end = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  if (end == 0 || end != text.size() || !std::isfinite(value) || value < 0)
+    throw std::invalid_argument(flag + " must be a number of milliseconds >= 0, got '" + text + "'");
+  return value;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -103,12 +130,14 @@ Options parse(int argc, char** argv) {
       const std::string v = value();
       o.path = v == "sm90" ? KernelPath::kSm90 : v == "sm80" ? KernelPath::kSm80 : KernelPath::kAuto;
     } else if (flag == "--warmup") o.warmup = std::stoi(value());
+    else if (flag == "--warmup-ms") o.warmup_ms = parse_milliseconds(flag, value());
     else if (flag == "--iters") o.iters = std::stoi(value());
     else if (flag == "--cold-l2") o.cold_l2 = true;
     else if (flag == "--seed") o.seed = std::stoull(value());
     else throw std::invalid_argument("unknown flag " + flag);
   }
   if (o.iters < 1) throw std::invalid_argument("--iters must be >= 1");
+  if (o.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
   if (!o.model.empty()) o.tokens = video_shape(from_string<ModelPreset>(o.model), o.frames).tokens();
   if (o.mask != "random" && o.mask != "video") throw std::invalid_argument("--mask random|video");
   if (o.mask == "video" && o.model.empty()) throw std::invalid_argument("--mask video needs --model and --frames");
@@ -239,40 +268,65 @@ int run(const Options& o) {
   cudaEvent_t start, stop;
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < o.warmup + o.iters; ++i) {
-    if (o.cold_l2) BENCH_CUDA(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, stream));
+  // One launch between the events, after the L2 flush (warm-up and timed runs alike); its kernel time in ms.
+  int launches = 0;
+  auto launch = [&]() {
+    if (o.cold_l2) BENCH_CUDA(cudaMemsetAsync(flush, launches & 0xFF, flush_bytes, stream));
+    ++launches;
     BENCH_CUDA(cudaEventRecord(start, stream));
     cuda::sparse_attention(args, workspace, stream);
     BENCH_CUDA(cudaEventRecord(stop, stream));
     BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    if (i >= o.warmup) times.push_back(ms);
-  }
+    return ms;
+  };
+  // Loaded before the warm-up, so opening NVML leaves no idle gap between the warm-up and the timed runs.
+  bench::GpuClockSampler sampler;
+  char pci_bus_id[32] = "";
+  if (cudaDeviceGetPCIBusId(pci_bus_id, sizeof(pci_bus_id), device) != cudaSuccess) pci_bus_id[0] = '\0';
+  double warmup_spent_ms = 0;
+  for (int i = 0; i < o.warmup || warmup_spent_ms < o.warmup_ms; ++i) warmup_spent_ms += launch();
+  std::vector<float> times;
+  sampler.start(unsigned(device), pci_bus_id);
+  for (int i = 0; i < o.iters; ++i) times.push_back(launch());
+  const bench::GpuClockStats clocks = sampler.stop();
   std::vector<float> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const float median = sorted[sorted.size() / 2];
   const double flops = 4.0 * o.block * o.block * o.head_dim * double(nnz);
   const double density = double(nnz) / (double(o.heads) * q_blocks * kv_blocks);
+  // A statistic NVML could not give (NaN) prints as `missing`: n/a in the text line, null in the JSON line.
+  auto format_stat = [](double value, int decimals, const char* missing) {
+    if (std::isnan(value)) return std::string(missing);
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.*f", decimals, value);
+    return std::string(text);
+  };
+  const double clock_mhz = clocks.mean_sm_clock_mhz, power_w = clocks.mean_power_w;
+  const double power_capped = clocks.power_capped_fraction;
   if (!o.json) std::printf(
       "kernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s traversal=%s "
-      "l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f\n",
+      "l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f sm_clock_mhz=%s power_w=%s power_capped=%s "
+      "warmup_ms=%.1f\n",
       support.kernel.c_str(), bf16 ? "bf16" : "fp16", o.heads, static_cast<long long>(o.tokens), o.head_dim, o.block,
       density, static_cast<long long>(nnz), o.dense ? "dense" : o.order.c_str(),
       std::string(to_string(o.traversal)).c_str(), o.cold_l2 ? "cold" : "warm", median, sorted.front(), sorted.back(),
-      flops / (median * 1e-3) / 1e12);
+      flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 0, "n/a").c_str(), format_stat(power_w, 1, "n/a").c_str(),
+      format_stat(power_capped, 3, "n/a").c_str(), warmup_spent_ms);
 
   if (o.json) {
     const std::string order = o.dense ? "dense" : o.order == "concurrent" ? "concurrent-heads" : o.order;
     std::printf(
         "{\"impl\": \"wavealign-kernel\", \"kernel\": \"%s\", \"mode\": \"%s\", \"mask\": \"%s\", \"order\": "
         "\"%s%s\", \"tokens\": %lld, \"heads\": %d, \"head_dim\": %d, \"block\": %d, \"dtype\": \"%s\", "
-        "\"density\": %.6f, \"nnz_blocks\": %lld, \"l2\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f}\n",
+        "\"density\": %.6f, \"nnz_blocks\": %lld, \"l2\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
+        "\"sm_clock_mhz\": %s, \"power_w\": %s, \"power_capped\": %s, \"warmup_ms\": %.1f}\n",
         support.kernel.c_str(), o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(), order.c_str(),
         o.traversal == Traversal::kSawtooth ? "+sawtooth" : "", static_cast<long long>(o.tokens), o.heads,
         o.head_dim, o.block, bf16 ? "bf16" : "fp16", density, static_cast<long long>(nnz), o.cold_l2 ? "cold" : "warm",
-        median, flops / (median * 1e-3) / 1e12);
+        median, flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 1, "null").c_str(),
+        format_stat(power_w, 1, "null").c_str(), format_stat(power_capped, 3, "null").c_str(), warmup_spent_ms);
   }
   // A NaN in the output would make the timing meaningless: check a sample of LSE.
   std::vector<float> lse_host(std::min<size_t>(size_t(o.heads) * o.tokens, 1 << 20));

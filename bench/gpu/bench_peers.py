@@ -9,11 +9,20 @@ path); the timed region is the attention call alone. Prints one JSON object per 
 
 All cases run in one process, so each torch.compile'd kernel variant is compiled once per sequence length.
 
+--warmup-ms MS keeps running untimed warm-up calls after the warm-up count until their kernel time reaches MS
+milliseconds in total: the H200 runs at its 700 W software power cap, which engages within ~100 ms of a kernel
+starting and takes the SM clock from 1980 MHz to ~1490-1650 MHz, so without it a short case is timed partly at
+boost clocks (one case of our kernel read 597 and 689 TF/s in two sessions). Each timing line also carries the
+mean SM clock, board power and power-capped share of its timed calls (NVML; null without it) and warmup_ms.
+
 Usage: bench_peers.py --case MASK.npy:PERM.npy:TOKENS:KIND[:sdpa] [--case ...] [--head-dim 128] [--iters 5]
-                      [--cold-l2]
+                      [--cold-l2] [--warmup-ms 0]
 """
 import argparse
+import ctypes
 import json
+import math
+import threading
 
 import numpy as np
 import torch
@@ -24,21 +33,113 @@ BLOCK = 128
 TUNED = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
 
 
-def time_ms(fn, iters, cold_l2, warmup=2):
-    """Median of `iters` CUDA-event timings after `warmup` runs; optionally flushes L2 (2x its size) first."""
+class ClockSampler:
+    """SM clock, board power and SW power cap state of one GPU, read from NVML every 10 ms on a thread between
+    start() and stop(). NVML is opened with ctypes, so a machine without the driver's libnvidia-ml.so.1 still
+    runs the benchmark, with every statistic None."""
+
+    PERIOD_S = 0.01
+    CLOCK_SM = 1  # NVML_CLOCK_SM
+    SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap: clocks lowered to hold the software power limit
+    FIELDS = ("sm_clock_mhz", "power_w", "power_capped")
+
+    def __init__(self):
+        self._nvml = None
+        self._reasons = None
+        self._thread = None
+        try:
+            nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            if nvml.nvmlInit_v2() == 0:
+                self._nvml = nvml
+        except (OSError, AttributeError):
+            return
+        # Drivers from 535 name it "ClocksEvent"; older ones only have the "ClocksThrottle" spelling (same ABI).
+        self._reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                         or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+
+    def start(self, index, pci_bus_id=None):
+        """Samples the GPU with this PCI bus id ("0000:19:00.0"; it names the same GPU in CUDA and NVML, whose
+        indices can differ) or, without one, NVML device `index`."""
+        self.stop()
+        if self._nvml is None:
+            return
+        handle = ctypes.c_void_p()
+        if pci_bus_id and hasattr(self._nvml, "nvmlDeviceGetHandleByPciBusId_v2"):
+            found = self._nvml.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(handle))
+        else:
+            found = self._nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
+        if found != 0:
+            return
+        self._clocks, self._powers, self._capped = [], [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, args=(handle,), daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        """Means over the window: {"sm_clock_mhz", "power_w", "power_capped"}, None where NVML gave nothing."""
+        if self._thread is None:
+            return dict.fromkeys(self.FIELDS)
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+
+        def mean(values, digits):
+            return round(sum(values) / len(values), digits) if values else None
+        return {"sm_clock_mhz": mean(self._clocks, 1), "power_w": mean(self._powers, 1),
+                "power_capped": mean(self._capped, 3)}
+
+    def _sample_until_stopped(self, handle):
+        # The first sample is taken at once, so a window shorter than the period still has one.
+        while True:
+            self._sample(handle)
+            if self._stop.wait(self.PERIOD_S):
+                return
+
+    def _sample(self, handle):
+        clock, power, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        if self._nvml.nvmlDeviceGetClockInfo(handle, self.CLOCK_SM, ctypes.byref(clock)) == 0:
+            self._clocks.append(clock.value)
+        # Board power in mW; on Hopper it is averaged over the last second, so it lags short windows.
+        if self._nvml.nvmlDeviceGetPowerUsage(handle, ctypes.byref(power)) == 0:
+            self._powers.append(power.value / 1000)
+        if self._reasons is not None and self._reasons(handle, ctypes.byref(reasons)) == 0:
+            self._capped.append(1.0 if reasons.value & self.SW_POWER_CAP else 0.0)
+
+
+def pci_bus_id_of(device):
+    """The CUDA device's PCI bus id in NVML's form, or None where this PyTorch does not report it."""
+    properties = torch.cuda.get_device_properties(device)
+    if not all(hasattr(properties, name) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        return None
+    return f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
+
+
+def time_ms(fn, iters, cold_l2, sampler, warmup=2, warmup_ms=0.0):
+    """Median of `iters` CUDA-event timings after `warmup` runs and then as many more as it takes for the
+    warm-up kernels to reach `warmup_ms` in total; with cold_l2 every run first flushes L2 (2x its size).
+    Returns the median and the clock fields of the timed runs (sampled during those only) with warmup_ms."""
     flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
-    times = []
-    for i in range(warmup + iters):
+    launches = 0
+
+    def launch():
+        nonlocal launches
         if cold_l2:
-            flush.fill_(i & 0xFF)
+            flush.fill_(launches & 0xFF)
+        launches += 1
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         stop.record()
         stop.synchronize()
-        if i >= warmup:
-            times.append(start.elapsed_time(stop))
-    return float(np.median(times))
+        return start.elapsed_time(stop)
+
+    spent = 0.0
+    while launches < warmup or spent < warmup_ms:
+        spent += launch()
+    device = torch.cuda.current_device()
+    sampler.start(device, pci_bus_id_of(device))
+    times = [launch() for _ in range(iters)]
+    return float(np.median(times)), {**sampler.stop(), "warmup_ms": round(spent, 1)}
 
 
 def block_mask_of(mask, heads, q_blocks, padded):
@@ -51,7 +152,7 @@ def block_mask_of(mask, heads, q_blocks, padded):
                                     seq_lengths=(padded, padded))
 
 
-def run_case(mask_path, perm_path, tokens, kind, sdpa, args, compiled):
+def run_case(mask_path, perm_path, tokens, kind, sdpa, args, compiled, sampler):
     mask = np.load(mask_path)
     perm = np.load(perm_path)
     heads, q_blocks, kv_blocks = mask.shape
@@ -78,8 +179,9 @@ def run_case(mask_path, perm_path, tokens, kind, sdpa, args, compiled):
         for order in ("original", "wavealign"):
             fn = lambda: compiled(queries[order], k, v, block_mask=masks[order], kernel_options=options)
             outputs[order] = fn()
-            ms = time_ms(fn, args.iters, args.cold_l2)
-            print(json.dumps({"impl": impl, "order": order, "ms": ms, "tflops": flops / ms / 1e9, **common}), flush=True)
+            ms, clocks = time_ms(fn, args.iters, args.cold_l2, sampler, warmup_ms=args.warmup_ms)
+            print(json.dumps({"impl": impl, "order": order, "ms": ms, "tflops": flops / ms / 1e9, **common,
+                              **clocks}), flush=True)
 
     # The plug-in path on this run: WaveAlign order, un-permuted, equals the original order (bf16 rounding).
     restored = torch.empty_like(outputs["wavealign"]).scatter_(2, index, outputs["wavealign"])
@@ -89,12 +191,23 @@ def run_case(mask_path, perm_path, tokens, kind, sdpa, args, compiled):
 
     if sdpa:
         qs, ks, vs = q[:, :, :tokens], k[:, :, :tokens], v[:, :, :tokens]
-        ms = time_ms(lambda: F.scaled_dot_product_attention(qs, ks, vs), max(2, args.iters // 2), args.cold_l2,
-                     warmup=1)
+        ms, clocks = time_ms(lambda: F.scaled_dot_product_attention(qs, ks, vs), max(2, args.iters // 2),
+                             args.cold_l2, sampler, warmup=1, warmup_ms=args.warmup_ms)
         dense_flops = 4.0 * heads * tokens * tokens * args.head_dim
         print(json.dumps({"impl": "sdpa", "order": "dense", "ms": ms, "tflops": dense_flops / ms / 1e9,
                           **{**common, "mode": "dense", "density": 1.0, "mask": "dense",
-                             "nnz_blocks": heads * q_blocks * kv_blocks}}), flush=True)
+                             "nnz_blocks": heads * q_blocks * kv_blocks}, **clocks}), flush=True)
+
+
+def milliseconds(text):
+    """argparse type of --warmup-ms: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of milliseconds >= 0, got {text!r}")
+    return value
 
 
 def main():
@@ -103,12 +216,16 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--cold-l2", action="store_true")
+    parser.add_argument("--warmup-ms", type=milliseconds, default=0.0,
+                        help="warm-up kernel time before each timing, past the power cap's boost transient")
     args = parser.parse_args()
     compiled = torch.compile(flex_attention, dynamic=False)
+    sampler = ClockSampler()
     for case in args.case:
         parts = case.split(":")
         try:
-            run_case(parts[0], parts[1], int(parts[2]), parts[3], len(parts) > 4 and parts[4] == "sdpa", args, compiled)
+            run_case(parts[0], parts[1], int(parts[2]), parts[3], len(parts) > 4 and parts[4] == "sdpa", args, compiled,
+                     sampler)
         except Exception as error:  # one failing case must not lose the others' numbers
             print(json.dumps({"case": case, "error": repr(error)}), flush=True)
         torch.cuda.empty_cache()

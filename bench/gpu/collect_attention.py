@@ -15,6 +15,7 @@ import subprocess
 
 FRAMES = {363600: 401, 147600: 161}
 DENSITY = {"video": 0.28, "random": 0.20}
+CLOCK_FIELDS = ("sm_clock_mhz", "power_w", "power_capped")
 
 
 def read_jsonl(path):
@@ -83,22 +84,30 @@ def main():
                       "impl": row["impl"], "mode": row["mode"], "order": row["order"], "ms": row["ms"],
                       "tflops": row["tflops"],
                       "l2_hit_ratio": metrics["lts__t_sector_hit_rate.pct"] / 100 if metrics else None,
-                      "dram_read_bytes": metrics["dram__bytes_read.sum"] if metrics else None})
+                      "dram_read_bytes": metrics["dram__bytes_read.sum"] if metrics else None,
+                      # The H200 runs these kernels at its 700 W power cap (SM clock 1490-1650 MHz, 1980 at
+                      # boost): the clock of the timed runs says which state a number was measured in. Logs
+                      # from before the clock was recorded give null.
+                      **{field: row.get(field) for field in CLOCK_FIELDS}})
     record = {"device": gpu, "commit": commit, "date": args.date,
-              "command": "bench/gpu/run_h200_attention.sh build-cuda LOG_DIR all; bench/gpu/collect_attention.py LOG_DIR",
+              "command": "bench/gpu/run_h200_attention.sh BUILD LOG_DIR {kernel,peers,ncu} (one call each); "
+                         "bench/gpu/collect_attention.py LOG_DIR",
               "cases": cases, "checks": [r for r in peers if "check" in r]}
     pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 
-    print("| case | impl | order | ms | TF/s | vs original | L2 hit | DRAM read GB |")
-    print("|---|---|---|---|---|---|---|---|")
+    # TF/s per GHz of the SM clock: the work done per cycle, which the power cap does not move.
+    print("| case | impl | order | ms | TF/s | SM MHz | TF/s per GHz | vs original | L2 hit | DRAM read GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         base = next((c for c in cases if c["case"] == case["case"] and c["impl"] == case["impl"] and
                      c["heads"] == case["heads"] and c["order"] == "original"), None)
         speedup = f"{base['ms'] / case['ms']:.2f}x" if base and case["mode"] == "sparse" else ""
         hit = f"{100 * case['l2_hit_ratio']:.1f}%" if case["l2_hit_ratio"] is not None else ""
         dram = f"{case['dram_read_bytes'] / 1e9:.1f}" if case["dram_read_bytes"] is not None else ""
+        clock = f"{case['sm_clock_mhz']:.0f}" if case["sm_clock_mhz"] is not None else ""
+        per_ghz = f"{case['tflops'] / case['sm_clock_mhz'] * 1e3:.0f}" if case["sm_clock_mhz"] else ""
         print(f"| {case['case']} H={case['heads']} | {case['impl']} | {case['order']} | {case['ms']:.2f} | "
-              f"{case['tflops']:.0f} | {speedup} | {hit} | {dram} |")
+              f"{case['tflops']:.0f} | {clock} | {per_ghz} | {speedup} | {hit} | {dram} |")
 
     print("\n| frames | mask | order | ncu L2 hit | simulated L2 hit | difference (points) | ncu DRAM read GB | simulated HBM read GB |")
     print("|---|---|---|---|---|---|---|---|")

@@ -4,8 +4,9 @@
 # dense SDPA, a 40-head run, and Nsight Compute L2 hit rate / DRAM reads of our kernel for every order (the
 # simulator's calibration). Wan2.1-14B 720p at 401 and 161 frames, 4 heads, d = 128, bf16, cold L2.
 #
-#   bench/gpu/run_h200_attention.sh BUILD_DIR LOG_DIR [timing|ncu|all]
-# Writes LOG_DIR/kernel.jsonl, peers.jsonl, ncu.csv, gpu.txt; bench/gpu/collect_attention.py merges them.
+#   bench/gpu/run_h200_attention.sh BUILD_DIR LOG_DIR [kernel|peers|ncu|timing|all]
+# (timing = kernel + peers; each part alone fits in a 10-minute call.) Writes LOG_DIR/kernel.jsonl,
+# peers.jsonl, ncu.csv, gpu.txt; bench/gpu/collect_attention.py merges them.
 set -u
 build=${1:-build-cuda}
 logs=${2:-device-logs}
@@ -16,40 +17,67 @@ mkdir -p "$logs"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee "$logs/gpu.txt"
 
+# Every timing runs 2 s of warm-up kernels first (not the ncu runs: one profiled launch, clocks uncontrolled).
+# The H200 runs attention at its 700 W software power cap: the cap engages within ~100 ms of a kernel starting
+# and the SM clock falls from 1980 MHz to ~1490-1650 MHz, but the first ~100-300 ms after an idle period run
+# at boost clocks, so a 20 ms kernel x 6 runs was timed partly in that transient (597 vs 689 TF/s in two
+# sessions). After the warm-up every timed run is in the steady, power-capped state; each JSON line records
+# the SM clock, power and power-capped share of its timed runs.
+warm=(--warmup-ms 2000)
+
 density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
 tokens_of() { [ "$1" = 401 ] && echo 363600 || echo 147600; }
 
-if [ "$what" != ncu ]; then
-  peer_cases=()
+runs() { [ "$what" = all ] || [ "$what" = "$1" ] || { [ "$what" = timing ] && [ "$1" != ncu ]; }; }
+
+peer_cases=()
+for frames in 401 161; do
+  for mask in video random; do
+    sdpa=""
+    [ "$mask" = video ] && sdpa=":sdpa"
+    peer_cases+=(--case "$work/m_${mask}_$frames.npy:$work/p_${mask}_$frames.npy:$(tokens_of $frames):$mask$sdpa")
+    # The peers run on the kernel benchmark's own mask and WaveAlign permutation; without the kernel part,
+    # one untimed launch writes them.
+    if ! runs kernel && runs peers; then
+      timeout 120 "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" --density "$(density_of $mask)" \
+        --order wavealign --warmup 0 --iters 1 --save-mask "$work/m_${mask}_$frames.npy" \
+        --save-perm "$work/p_${mask}_$frames.npy" >/dev/null 2>>"$logs/errors.txt"
+    fi
+  done
+done
+
+if runs kernel; then
   for frames in 401 161; do
     for mask in video random; do
       common=(--model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" --density "$(density_of $mask)"
-              --cold-l2 --warmup 1 --iters 5 --json)
+              --cold-l2 --warmup 1 "${warm[@]}" --iters 5 --json)
       timeout 120 "$bench" "${common[@]}" --order wavealign --save-mask "$work/m_${mask}_$frames.npy" \
         --save-perm "$work/p_${mask}_$frames.npy" >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
       for order in original concurrent-heads s1 s2 shuffled; do
         timeout 120 "$bench" "${common[@]}" --order "$order" >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
       done
       timeout 120 "$bench" "${common[@]}" --order wavealign --traversal sawtooth >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
-      sdpa=""
-      [ "$mask" = video ] && sdpa=":sdpa"
-      peer_cases+=(--case "$work/m_${mask}_$frames.npy:$work/p_${mask}_$frames.npy:$(tokens_of $frames):$mask$sdpa")
     done
-    timeout 120 "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --dense --cold-l2 --warmup 1 --iters 3 \
-      --json >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
+    timeout 120 "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --dense --cold-l2 --warmup 1 "${warm[@]}" \
+      --iters 3 --json >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
   done
   for order in original wavealign; do
     timeout 200 "$bench" --model wan2.1-14b --frames 401 --heads 40 --mask video --density 0.28 --order "$order" \
-      --cold-l2 --warmup 1 --iters 3 --json >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
+      --cold-l2 --warmup 1 "${warm[@]}" --iters 3 --json >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
   done
   echo "kernel runs: $(wc -l <"$logs/kernel.jsonl")"
-  PYTHONUNBUFFERED=1 timeout 420 python3 bench/gpu/bench_peers.py "${peer_cases[@]}" --cold-l2 --iters 5 \
-    >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
+fi
+
+if runs peers; then
+  # 480 s: the 18 peer timings (4 FlexAttention variants x 4 cases, SDPA x 2) add >= 36 s of warm-up.
+  PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/bench_peers.py "${peer_cases[@]}" --cold-l2 --iters 5 \
+    "${warm[@]}" >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
   echo "peer runs: $(wc -l <"$logs/peers.jsonl") (rc=$?)"
 fi
 
-if [ "$what" != timing ]; then
-  metrics=lts__t_sector_hit_rate.pct,lts__t_sector_op_read_hit_rate.pct,lts__t_sectors_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum
+if runs ncu; then
+  # sm__cycles_elapsed.avg.per_second: the SM clock of the profiled launch (not controlled, see above).
+  metrics=lts__t_sector_hit_rate.pct,lts__t_sector_op_read_hit_rate.pct,lts__t_sectors_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
   for frames in 401 161; do
     for mask in video random; do
       for order in original s1 s2 wavealign shuffled; do

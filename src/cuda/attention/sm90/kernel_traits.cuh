@@ -50,10 +50,16 @@ struct KernelTraits {
   // Ping-pong (FA3): the two consumer warpgroups take turns issuing their GEMMs, so one's softmax runs
   // while the other's GEMMs hold the tensor cores. Needs two consumer warpgroups.
   static constexpr bool kPingPong = WA_SM90_PINGPONG != 0 && kConsumerWarpgroups == 2;
-  // setmaxnreg split of the register file: 128 x (producer + consumers) must fit 65536 / kMinBlocksPerSm.
-  // 2 consumers: 40 + 2 x 232 = 504 <= 512; 1 consumer at 2 CTAs/SM: 40 + 216 = 256 <= 256.
+  // setmaxnreg split: the consumers' increase is served only from the registers the producer's decrease
+  // frees, out of what the launch allocated (65536 / threads, rounded down to 8, per thread). 384 threads:
+  // 168 each, so producer + 2 consumers <= 3 x 168 = 504 = 40 + 2 x 232 (at 48 + 2 x 232 the consumers'
+  // setmaxnreg.inc waits forever: measured as a hang). 256 threads at 2 CTAs/SM: 128 each, 40 + 216 = 256.
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 232 : 216;
+  static constexpr int kLaunchRegisters = 65536 / (kThreads * kMinBlocksPerSm) / 8 * 8;
+  static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
+                    (1 + kConsumerWarpgroups) * kLaunchRegisters,
+                "setmaxnreg: the consumers' increase must fit in what the producer's decrease frees");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "query block 64 or 128");
