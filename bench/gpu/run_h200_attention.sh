@@ -72,7 +72,8 @@ if runs peers; then
   # 480 s: the 18 peer timings (4 FlexAttention variants x 4 cases, SDPA x 2) add >= 36 s of warm-up.
   PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/bench_peers.py "${peer_cases[@]}" --cold-l2 --iters 5 \
     "${warm[@]}" >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
-  echo "peer runs: $(wc -l <"$logs/peers.jsonl") (rc=$?)"
+  peers_rc=$?
+  echo "peer runs: $(wc -l <"$logs/peers.jsonl") (rc=$peers_rc)"
 fi
 
 if runs ncu; then
