@@ -17,6 +17,9 @@
 #   ORDERS     kernel row orders               "original wavealign" (validation sweeps repeat "original" to
 #                                              measure run-to-run noise: bench/gpu/validate_skip_profile.py)
 #   ITERS      timed kernel runs (median)      3
+#   WARMUP_MS  warm-up kernel time per run     2000 (the H200 reaches its 700 W power cap within ~100 ms;
+#                                              without warm-up short cells are timed partly at boost clocks,
+#                                              see docs/performance.md; 0 reproduces the first profile's runs)
 #   REPEATS    timed plan runs (median)        5
 #   COMMIT     the measured code's commit      git rev-parse --short HEAD, else "unknown"
 set -u
@@ -28,6 +31,7 @@ densities=${DENSITIES:-"0.02 0.05 0.1 0.2 0.28 0.4 0.57"}
 heads=${HEADS:-4}
 orders=${ORDERS:-"original wavealign"}
 iters=${ITERS:-3}
+warmup_ms=${WARMUP_MS:-2000}
 repeats=${REPEATS:-5}
 commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 attention=$build/bench/wa_bench_attention
@@ -40,8 +44,8 @@ done
 mkdir -p "$logs"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee -a "$logs/gpu.txt"
-printf 'commit=%s\ndate=%s\nheads=%s\niters=%s\nrepeats=%s\n' "$commit" "$(date -u +%F)" "$heads" "$iters" \
-  "$repeats" >"$logs/meta.txt"
+printf 'commit=%s\ndate=%s\nheads=%s\niters=%s\nrepeats=%s\nwarmup_ms=%s\n' "$commit" "$(date -u +%F)" "$heads" \
+  "$iters" "$repeats" "$warmup_ms" >"$logs/meta.txt"
 
 # Runs one benchmark and appends its JSON lines to $1 with $2 (JSON members) put in front of each.
 record() {
@@ -57,7 +61,7 @@ for frames in $frames_list; do
       for order in $orders; do
         record "$logs/kernel.jsonl" "\"frames\": $frames, \"target_density\": $density" \
           "$attention" --model wan2.1-14b --frames "$frames" --heads "$heads" --mask video --density "$density" \
-          --order "$order" --cold-l2 --warmup 1 --iters "$iters" --json
+          --order "$order" --cold-l2 --warmup 1 --warmup-ms "$warmup_ms" --iters "$iters" --json
       done
     done
   fi
