@@ -117,19 +117,14 @@ Options parse(int argc, char** argv) {
     else if (flag == "--save-perm") o.save_perm = value();
     else if (flag == "--head-dim") o.head_dim = std::stoi(value());
     else if (flag == "--block") o.block = std::stoi(value());
-    else if (flag == "--dtype") {
-      const std::string v = value();
-      if (v != "bf16" && v != "fp16") throw std::invalid_argument("--dtype bf16|fp16");
-      o.type = v == "bf16" ? ElementType::kBf16 : ElementType::kFp16;
-    } else if (flag == "--density") o.density = std::stod(value());
+    else if (flag == "--dtype") o.type = from_string<ElementType>(value());
+    else if (flag == "--density") o.density = std::stod(value());
     else if (flag == "--dense") o.dense = true;
     else if (flag == "--order") o.order = value();
     else if (flag == "--wave-size") o.wave_size = std::stoi(value());
     else if (flag == "--traversal") o.traversal = from_string<Traversal>(value());
-    else if (flag == "--path") {
-      const std::string v = value();
-      o.path = v == "sm90" ? KernelPath::kSm90 : v == "sm80" ? KernelPath::kSm80 : KernelPath::kAuto;
-    } else if (flag == "--warmup") o.warmup = std::stoi(value());
+    else if (flag == "--path") o.path = from_string<KernelPath>(value());
+    else if (flag == "--warmup") o.warmup = std::stoi(value());
     else if (flag == "--warmup-ms") o.warmup_ms = parse_milliseconds(flag, value());
     else if (flag == "--iters") o.iters = std::stoi(value());
     else if (flag == "--cold-l2") o.cold_l2 = true;
@@ -309,7 +304,7 @@ int run(const Options& o) {
       "kernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s traversal=%s "
       "l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f sm_clock_mhz=%s power_w=%s power_capped=%s "
       "warmup_ms=%.1f\n",
-      support.kernel.c_str(), bf16 ? "bf16" : "fp16", o.heads, static_cast<long long>(o.tokens), o.head_dim, o.block,
+      support.kernel.c_str(), std::string(to_string(o.type)).c_str(), o.heads, static_cast<long long>(o.tokens), o.head_dim, o.block,
       density, static_cast<long long>(nnz), o.dense ? "dense" : o.order.c_str(),
       std::string(to_string(o.traversal)).c_str(), o.cold_l2 ? "cold" : "warm", median, sorted.front(), sorted.back(),
       flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 0, "n/a").c_str(), format_stat(power_w, 1, "n/a").c_str(),
@@ -324,7 +319,7 @@ int run(const Options& o) {
         "\"sm_clock_mhz\": %s, \"power_w\": %s, \"power_capped\": %s, \"warmup_ms\": %.1f}\n",
         support.kernel.c_str(), o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(), order.c_str(),
         o.traversal == Traversal::kSawtooth ? "+sawtooth" : "", static_cast<long long>(o.tokens), o.heads,
-        o.head_dim, o.block, bf16 ? "bf16" : "fp16", density, static_cast<long long>(nnz), o.cold_l2 ? "cold" : "warm",
+        o.head_dim, o.block, std::string(to_string(o.type)).c_str(), density, static_cast<long long>(nnz), o.cold_l2 ? "cold" : "warm",
         median, flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 1, "null").c_str(),
         format_stat(power_w, 1, "null").c_str(), format_stat(power_capped, 3, "null").c_str(), warmup_spent_ms);
   }

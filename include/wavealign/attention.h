@@ -67,3 +67,10 @@ size_t workspace_bytes(const SparseAttentionArgs& args);
 void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream stream);
 
 }  // namespace wavealign::cuda
+
+namespace wavealign {
+// The spellings of the CLI/bench flags, test names and the kernel names of query_support.
+WA_ENUM_NAMES(cuda::ElementType, "dtype", {cuda::ElementType::kBf16, "bf16"}, {cuda::ElementType::kFp16, "fp16"});
+WA_ENUM_NAMES(cuda::KernelPath, "kernel", {cuda::KernelPath::kAuto, "auto"}, {cuda::KernelPath::kSm90, "sm90"},
+              {cuda::KernelPath::kSm80, "sm80"});
+}  // namespace wavealign

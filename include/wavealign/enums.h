@@ -57,7 +57,8 @@ enum class SkipPolicy {
   kAlways,  ///< always keep the original order
 };
 
-/// Name table of an enum: `kind` names the option in error messages.
+/// Name table of an enum: `kind` names the option in error messages. Other public headers name their own
+/// enums with WA_ENUM_NAMES too (attention.h: element type and kernel path).
 template <class E>
 struct EnumNames;
 
@@ -83,7 +84,6 @@ WA_ENUM_NAMES(CacheModel, "cache-model", {CacheModel::kUnified, "unified"},
               {CacheModel::kTwoPartition, "two-partition"});
 WA_ENUM_NAMES(SkipPolicy, "skip", {SkipPolicy::kAuto, "auto"}, {SkipPolicy::kNever, "never"},
               {SkipPolicy::kAlways, "always"});
-#undef WA_ENUM_NAMES
 
 template <class E>
 constexpr std::string_view to_string(E value) {

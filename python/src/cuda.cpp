@@ -29,13 +29,6 @@ cuda::ElementType element_type_of(const std::string& name) {
   throw InvalidArgument("q", "dtype " + name + " is not supported by the CUDA kernel (bfloat16, float16)");
 }
 
-cuda::KernelPath kernel_path_of(const std::string& name) {
-  if (name == "auto") return cuda::KernelPath::kAuto;
-  if (name == "sm90") return cuda::KernelPath::kSm90;
-  if (name == "sm80") return cuda::KernelPath::kSm80;
-  throw InvalidArgument("kernel", "unknown value '" + name + "' (expected one of: auto, sm90, sm80)");
-}
-
 cuda::SparseAttentionArgs shape_args(int heads, int64_t tokens, int head_dim, int q_block, int kv_block,
                                      const std::string& element_type, const std::string& kernel) {
   cuda::SparseAttentionArgs args;
@@ -44,7 +37,7 @@ cuda::SparseAttentionArgs shape_args(int heads, int64_t tokens, int head_dim, in
   args.head_dim = head_dim;
   args.block = {q_block, kv_block};
   args.element_type = element_type_of(element_type);
-  args.path = kernel_path_of(kernel);
+  args.path = from_string<cuda::KernelPath>(kernel);
   return args;
 }
 

@@ -68,10 +68,6 @@ inline float from_bits(uint16_t bits, ElementType type) {
 
 inline float round_to(float x, ElementType type) { return from_bits(to_bits(x, type), type); }
 
-inline const char* type_name(ElementType type) { return type == ElementType::kBf16 ? "bf16" : "fp16"; }
-inline const char* path_name(KernelPath path) {
-  return path == KernelPath::kSm90 ? "sm90" : path == KernelPath::kSm80 ? "sm80" : "auto";
-}
 
 /// Owning device allocation.
 class DeviceBuffer {
@@ -357,7 +353,7 @@ inline std::vector<KernelPath> device_paths(const GpuProblem& gpu) {
   std::vector<KernelPath> paths;
   const char* only = std::getenv("WA_TEST_KERNEL_PATHS");
   for (KernelPath path : {KernelPath::kSm90, KernelPath::kSm80}) {
-    if (only != nullptr && std::string(only).find(path_name(path)) == std::string::npos) continue;
+    if (only != nullptr && std::string(only).find(to_string(path)) == std::string::npos) continue;
     const Support support = query_support(gpu.args(nullptr, Traversal::kAscending, path, false));
     if (support.supported) paths.push_back(path);
   }

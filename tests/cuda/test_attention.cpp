@@ -18,7 +18,7 @@ struct Config {
 
 std::string describe(const Config& c, int64_t tokens, double density, KernelPath path) {
   std::ostringstream out;
-  out << path_name(path) << " " << type_name(c.type) << " d=" << c.head_dim << " block=" << c.block << "x" << c.block
+  out << to_string(path) << " " << to_string(c.type) << " d=" << c.head_dim << " block=" << c.block << "x" << c.block
       << " tokens=" << tokens << " density=" << density;
   return out.str();
 }
@@ -141,7 +141,7 @@ TEST(Attention, SawtoothOddWavesMatchAscending) {
   GpuProblem gpu(problem);
   const Schedule schedule = original_schedule(16, problem.shape.q_blocks(), HeadOrder::kSequential);
   for (KernelPath path : device_paths(gpu)) {
-    SCOPED_TRACE(path_name(path));
+    SCOPED_TRACE(to_string(path));
     const Output ascending = gpu.run(schedule, Traversal::kAscending, path);
     const Output sawtooth = gpu.run(schedule, Traversal::kSawtooth, path);
     float max_diff = 0;
@@ -191,7 +191,7 @@ TEST(Attention, CapturableInCudaGraph) {
   const Schedule schedule = original_schedule(4, problem.shape.q_blocks(), HeadOrder::kSequential);
   DeviceBuffer items = upload(schedule.items);
   for (KernelPath path : device_paths(gpu)) {
-    SCOPED_TRACE(path_name(path));
+    SCOPED_TRACE(to_string(path));
     cudaStream_t stream;
     WA_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const SparseAttentionArgs args = gpu.args(items.as<ScheduleItem>(), Traversal::kAscending, path, false);
