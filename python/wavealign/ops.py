@@ -168,11 +168,11 @@ def cuda_element(dtype: Any) -> str:
 
 
 def _readable_in_place(x: Any) -> bool:
-    """Whether the kernel can read (or write) x [B, H, L, d] where it is: d contiguous, rows 16-byte aligned,
-    the other strides positive multiples of 8 elements (16 bytes) wherever the size is above 1."""
+    """Whether the kernel can read (or write) x [B, H, L, d] where it is: d contiguous, rows 16-byte aligned and
+    at least d apart, the other strides positive multiples of 8 elements (16 bytes) wherever the size is above 1."""
     if x.shape[-1] > 1 and x.stride(-1) != 1:
         return False
-    if (x.storage_offset() * x.element_size()) % 16:
+    if (x.storage_offset() * x.element_size()) % 16 or (x.shape[2] > 1 and x.stride(2) < x.shape[3]):
         return False
     return all(size == 1 or (stride > 0 and stride % 8 == 0) for size, stride in zip(x.shape[:3], x.stride()[:3]))
 
