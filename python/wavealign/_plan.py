@@ -31,7 +31,8 @@ class _DeviceState:
 
     permutation, inverse: int32 [H, MB]; row_ptr int64 [H*MB + 1] and col_idx int32 [nnz]: the mask's CSR,
     made by `csr` on first use (a GPU-built plan derives it from its device mask, which synchronizes once);
-    schedules: (batch, heads, head_order) -> int32 [Bs, heads*MB, 2].
+    schedules: (batch, heads, head_order) -> int32 [Bs, heads*MB, 2], one per launch of B*H entries renumbered
+    from 0, and ("launch", batch, heads, head_order) -> int32 [batch*heads*MB, 2], the one launch of the batch.
     """
 
     def __init__(self, device: Any, permutation: Any, inverse: Any, csr: Callable[[], tuple[Any, Any]]) -> None:
@@ -270,8 +271,8 @@ class Plan:
         return row_ptr, col_idx, np.ascontiguousarray((per_launch + offsets[:, None, :]).reshape(-1, 2))
 
     def _launch_tensors(self, device: Any, batch: int, heads: int, head_order: str) -> tuple[Any, Any, Any, Any]:
-        """_launch_arrays on a torch device, cached, plus the device validation record (None: validated on the
-        host)."""
+        """The tensors of _launch_arrays on a torch device (a GPU plan builds them there), cached and trusted by
+        the ops, plus the plan's device validation record (None: this plan's mask was validated on the host)."""
         state = self._state(device)
         key = ("launch", batch, heads, head_order)
         schedule = state.schedules.get(key)

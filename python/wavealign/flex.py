@@ -55,7 +55,9 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
         permutation = torch.as_tensor(plan.permutation).to(home, torch.int64).view(batch, heads, q_blocks)
         for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
             value = getattr(source, name, None)
-            tensors[name] = None if value is None else _gather_rows(torch, torch.as_tensor(value), permutation).to(device)
+            if value is not None:
+                value = _gather_rows(torch, torch.as_tensor(value), permutation).to(device)
+            tensors[name] = value
         seq_lengths = getattr(source, "seq_lengths", None)
         q_len = int(seq_lengths[0]) if seq_lengths is not None else q_blocks * q_block
         mask_mod = _permuted_mask_mod(torch, _token_mask_mod(source), permutation.to(device), q_block, q_len)

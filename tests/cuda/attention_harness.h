@@ -292,7 +292,8 @@ class GpuProblem {
 
   void poison(uint8_t byte = kPoisonByte) {
     poison_ = byte;
-    if (cudaMemset(o_.get(), byte, o_.bytes()) != cudaSuccess || cudaMemset(lse_.get(), byte, lse_.bytes()) != cudaSuccess)
+    if (cudaMemset(o_.get(), byte, o_.bytes()) != cudaSuccess ||
+        cudaMemset(lse_.get(), byte, lse_.bytes()) != cudaSuccess)
       throw std::runtime_error("cudaMemset failed");
   }
 

@@ -277,7 +277,8 @@ TEST(Attention, InvalidMaskRecordWritesNaNAndReadsNoMask) {
       SCOPED_TRACE(describe(config, 1000, 0.3, path));
       GpuProblem gpu(problem);
       const Output expected = gpu.run(valid, Traversal::kAscending, path);
-      expect_same_bits(expected, gpu.run(valid, Traversal::kAscending, path, false, nullptr, valid_record.as<int32_t>()));
+      expect_same_bits(expected,
+                       gpu.run(valid, Traversal::kAscending, path, false, nullptr, valid_record.as<int32_t>()));
 
       const CsrMask csr = problem.mask.to_csr();
       std::vector<int64_t> row_ptr(csr.row_ptr.size());

@@ -62,9 +62,9 @@ TEST(QuerySupport, NamesEveryListedKernelOnADevice) {
     args.path = config.path;
     const Support support = query_support(args);
     const std::string block = std::to_string(config.block);
-    const std::string name = std::string(config.path == KernelPath::kSm90 ? "sm90_tma_wgmma_ws_" : "sm80_mma_cp_async_") +
-                             std::string(to_string(config.type)) + "_d" + std::to_string(config.head_dim) + "_b" +
-                             block + "x" + block;
+    const std::string family = config.path == KernelPath::kSm90 ? "sm90_tma_wgmma_ws_" : "sm80_mma_cp_async_";
+    const std::string name = family + std::string(to_string(config.type)) + "_d" + std::to_string(config.head_dim) +
+                             "_b" + block + "x" + block;
     if (config.path == KernelPath::kSm90 && !(major == 9 && minor == 0)) {
       EXPECT_FALSE(support.supported) << name;
       continue;
