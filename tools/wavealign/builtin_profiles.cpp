@@ -1,5 +1,7 @@
 #include "builtin_profiles.h"
 
+#include "checks.h"
+
 namespace wavealign::cli {
 
 std::string builtin_profile_file(GpuPreset gpu) {
@@ -13,7 +15,11 @@ ProfileChoice choose_profile(const std::string& value, GpuPreset gpu) {
     return choice;
   }
   if (!value.empty()) {
-    choice.profile = std::make_shared<const SkipProfile>(load_skip_profile(value));
+    try {
+      choice.profile = std::make_shared<const SkipProfile>(load_skip_profile(value));
+    } catch (const InvalidArgument& error) {  // "<file>: <field>" becomes the message, after the flag
+      throw InvalidArgument("--profile", error.argument() + ": " + message_of(error));
+    }
     choice.origin = value;
     return choice;
   }

@@ -27,8 +27,8 @@ struct ProfileChoice {
 };
 
 /// `value` as the user gave --profile: empty = the built-in profile of `gpu` (null when there is none), "none"
-/// = no profile, anything else a profile file (InvalidArgument naming the file when it is unreadable or
-/// malformed).
+/// = no profile, anything else a profile file (InvalidArgument naming "--profile", its message "<file>: <field>
+/// ...", when the file is unreadable or malformed).
 ProfileChoice choose_profile(const std::string& value, GpuPreset gpu);
 
 }  // namespace wavealign::cli

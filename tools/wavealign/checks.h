@@ -63,6 +63,13 @@ CLI::Validator integer_in(T min, T max = std::numeric_limits<T>::max()) {
       "INT " + range);
 }
 
+/// The message of an InvalidArgument without its "invalid argument '<argument>': " prefix.
+inline std::string message_of(const InvalidArgument& error) {
+  const std::string prefix = "invalid argument '" + error.argument() + "': ";
+  const std::string what = error.what();
+  return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+}
+
 /// Runs `body`. An InvalidArgument from the library that names one of `names`' first members (the library's
 /// argument, e.g. "frames") is rethrown naming the second (the flag, e.g. "--frames"), with the same message.
 using FlagNames = std::initializer_list<std::pair<std::string_view, std::string_view>>;
@@ -72,11 +79,7 @@ decltype(auto) with_flag_names(FlagNames names, Body&& body) {
     return body();
   } catch (const InvalidArgument& error) {
     for (const auto& [argument, flag] : names)
-      if (error.argument() == argument) {
-        const std::string prefix = "invalid argument '" + error.argument() + "': ";
-        const std::string what = error.what();
-        throw InvalidArgument(std::string(flag), what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
-      }
+      if (error.argument() == argument) throw InvalidArgument(std::string(flag), message_of(error));
     throw;
   }
 }

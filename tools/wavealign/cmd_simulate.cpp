@@ -128,6 +128,7 @@ Schedule head_schedule(std::span<const int32_t> permutation) {
 }
 
 struct HeadDecision {
+  double density = 0;  // the head's kept fraction of blocks: where the profile is read
   SkipDecision decision;
   SkipGain gain;
   double profile_original_ms = 0;  // the profile's kernel time of the head in the original order (with a profile)
@@ -340,6 +341,7 @@ int run_simulate(const SimulateOptions& options) {
                                                                      sim_config),
                                                             gpu, skip_model);
       HeadDecision head;
+      head.density = head_plan.stats.density;
       head.gain = head_gain(cost, head_plan, workload.tokens, skip_model, simulated_ms);
       if (cost.profile.profile)
         head.profile_original_ms =
@@ -417,6 +419,7 @@ int run_simulate(const SimulateOptions& options) {
       for (size_t h = 0; h < result.heads.size(); ++h) {
         const SkipDecision& decision = result.heads[h].decision;
         head_rows.push_back({{"head", h},
+                             {"density", result.heads[h].density},
                              {"skipped", decision.skipped},
                              {"code", to_string(decision.code)},
                              {"reason", decision.reason},
