@@ -150,10 +150,10 @@ void check_plan_config(const PlanConfig& config) {
                    std::isfinite(model.wave_working_set_fit) && std::isfinite(model.max_adjacent_jaccard) &&
                    std::isfinite(model.exposed_fraction),
                "skip_model", "thresholds and exposed_fraction must be finite");
-  WA_CHECK_ARG(std::isfinite(model.plan_reuse) && model.plan_reuse > 0, "plan_reuse", "must be a finite number > 0, got ",
-               model.plan_reuse);
-  WA_CHECK_ARG(std::isfinite(model.plan_cost_ms), "plan_cost_ms", "must be finite (< 0 = the measured plan time), got ",
-               model.plan_cost_ms);
+  WA_CHECK_ARG(std::isfinite(model.plan_reuse) && model.plan_reuse > 0, "plan_reuse",
+               "must be a finite number > 0, got ", model.plan_reuse);
+  WA_CHECK_ARG(std::isfinite(model.plan_cost_ms), "plan_cost_ms",
+               "must be finite (< 0 = the measured plan time), got ", model.plan_cost_ms);
   WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
   WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
   if (config.profile) check_skip_profile(*config.profile, "profile");

@@ -64,6 +64,12 @@ def test_default_simulation_explains_its_columns_and_ends_with_a_recommendation(
     assert last.endswith("on your mask: wavealign reorder --mask MASK.npy --order wavealign --out perm.npy")
 
 
+def test_readme_quotes_the_default_recommendation(cli):
+    readme = (REPOSITORY / "README.md").read_text()
+    quoted = readme.split("ends with one line to act on:")[1].split("```")[1]
+    assert " ".join(quoted.split()) == cli("simulate").stdout.strip().splitlines()[-1]
+
+
 def test_default_simulation_json_carries_the_decision_and_the_recommendation(cli):
     out = json.loads(cli("simulate", "--json").stdout)
     assert out["skip"]["gain"] == "profile" and out["skip"]["plan_cost"] == "profile"

@@ -58,8 +58,8 @@ PlanCost choose_plan_cost(const SimulateOptions& options, GpuPreset gpu) {
   cost.profile = choose_profile(options.profile, gpu);
   if (cost.profile.profile) {
     const SkipProfile& profile = *cost.profile.profile;
-    cost.gain_description = "the WaveAlign order's kernel gain measured on " + profile.device + " (" +
-                            profile.mask + " masks, " + profile.date + "; " + cost.profile.origin + ")";
+    cost.gain_description = "the WaveAlign order's kernel gain measured on " + profile.device + " for " +
+                            profile.mask + " masks (the skip profile, " + profile.date + ")";
   } else {
     cost.gain_description = "the simulated kernel gain of each head alone (" +
                             (options.profile == "none" ? std::string("--profile none")
@@ -74,7 +74,8 @@ PlanCost choose_plan_cost(const SimulateOptions& options, GpuPreset gpu) {
     cost.fixed_ms = std::stod(options.plan_cost);
     cost.cost_description = options.plan_cost + " ms per head (--plan-cost)";
   } else if (cost.profile.profile) {
-    cost.cost_description = "the GPU planner's time on " + cost.profile.profile->device + " from the same profile";
+    cost.cost_description = "the GPU planner's time on " + cost.profile.profile->device + ", from its skip profile (" +
+                            cost.profile.origin + ")";
   } else {
     // Without a profile the CPU plan's time is the only measured cost. It overstates the GPU planner's (the H200
     // plans a 2-head 147,600-token layer in 0.25 ms, this CPU in several ms), so the decision leans toward
@@ -233,18 +234,18 @@ Recommendation recommend(const std::vector<OrderResult>& results, double origina
   if (best) {
     recommendation.command = reorder_command(options, workload, best->order);
     const int heads = int(best->heads.size());
-    recommendation.text =
-        "recommendation: --order " + std::string(to_string(best->order)) + ", predicted speedup over the original order " +
-        number_text("%.3fx", recommendation.speedup) + " (kernel) and " +
-        number_text("%.3fx", recommendation.speedup_with_plan) + " including its " +
-        number_text("%.3f", best->adaptive_plan_ms) + " ms plan at " + reuse + " reuse (" +
-        (cost.profile.profile ? "measured on " + cost.profile.profile->device + " for " + cost.profile.profile->mask +
-                                    " masks; simulated " + number_text("%.3fx", best->speedup) + " kernel"
-                              : std::string("simulated")) +
-        (best->reordered_heads < heads
-             ? ", " + std::to_string(best->reordered_heads) + " of " + std::to_string(heads) + " heads reordered"
-             : std::string()) +
-        ")" + (file ? "; run: " : "; on your mask: ") + recommendation.command;
+    std::string basis = cost.profile.profile ? "measured on " + cost.profile.profile->device + " for " +
+                                                   cost.profile.profile->mask + " masks; simulated " +
+                                                   number_text("%.3fx", best->speedup) + " kernel"
+                                             : std::string("simulated");
+    if (best->reordered_heads < heads)
+      basis += ", " + std::to_string(best->reordered_heads) + " of " + std::to_string(heads) + " heads reordered";
+    recommendation.text = "recommendation: --order " + std::string(to_string(best->order)) +
+                          ", predicted speedup over the original order " +
+                          number_text("%.3fx", recommendation.speedup) + " (kernel) and " +
+                          number_text("%.3fx", recommendation.speedup_with_plan) + " including its " +
+                          number_text("%.3f", best->adaptive_plan_ms) + " ms plan at " + reuse + " reuse (" + basis +
+                          ")" + (file ? "; run: " : "; on your mask: ") + recommendation.command;
     return recommendation;
   }
   recommendation.command = "wavealign simulate --mask " + (file ? options.workload.mask : std::string("MASK.npy"));
@@ -256,7 +257,8 @@ Recommendation recommend(const std::vector<OrderResult>& results, double origina
     why = "no order's simulated gain pays for its plan at " + reuse + " reuse";
   const OrderResult* fastest = nullptr;
   for (const OrderResult& result : results)
-    if (result.order != Order::kOriginal && (!fastest || result.predicted_ms < fastest->predicted_ms)) fastest = &result;
+    if (result.order != Order::kOriginal && (!fastest || result.predicted_ms < fastest->predicted_ms))
+      fastest = &result;
   if (fastest)
     why += " (fastest reordering simulated: " + std::string(to_string(fastest->order)) + ", " +
            number_text("%.3fx", original_ms / fastest->predicted_ms) + " kernel, " +
@@ -334,12 +336,12 @@ int run_simulate(const SimulateOptions& options) {
     for (int h = 0; h < heads; ++h) {
       const HeadPlan& head_plan = plan.head_plans[h];
       double simulated_ms = 0;
-      if (simulated_gain)
-        simulated_ms = heads == 1 ? original_ms - result.predicted_ms
-                                  : head_original_ms[h] -
-                                        predicted_kernel_ms(simulate(head_masks[h], head_schedule(head_plan.permutation),
-                                                                     sim_config),
-                                                            gpu, skip_model);
+      if (simulated_gain && heads == 1) {
+        simulated_ms = original_ms - result.predicted_ms;
+      } else if (simulated_gain) {
+        const SimResult alone = simulate(head_masks[h], head_schedule(head_plan.permutation), sim_config);
+        simulated_ms = head_original_ms[h] - predicted_kernel_ms(alone, gpu, skip_model);
+      }
       HeadDecision head;
       head.density = head_plan.stats.density;
       head.gain = head_gain(cost, head_plan, workload.tokens, skip_model, simulated_ms);

@@ -66,7 +66,8 @@ Workload make_workload(const WorkloadOptions& requested, int default_block) {
     return workload;
   }
   const ModelPreset model = enum_flag<ModelPreset>("--model", options.model);
-  const VideoShape shape = with_flag_names({{"frames", "--frames"}}, [&] { return video_shape(model, options.frames); });
+  const VideoShape shape =
+      with_flag_names({{"frames", "--frames"}}, [&] { return video_shape(model, options.frames); });
   WA_CHECK_ARG(options.heads >= 1 && options.heads <= shape.heads, "--heads", "must be in [1, ", shape.heads,
                "] for ", options.model, ", got ", options.heads);
   WA_CHECK_ARG(options.density > 0 && options.density <= 1, "--density", "must be in (0, 1], got ",
