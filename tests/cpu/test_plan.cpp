@@ -400,9 +400,17 @@ TEST(PlanErrors, BadArgumentsAreNamed) {
   config = {};
   config.threads = -2;
   expect_argument(config, "threads");
+  for (double reuse : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    config = {};
+    config.skip_model.plan_reuse = reuse;
+    expect_argument(config, "plan_reuse");
+  }
   config = {};
-  config.skip_model.plan_reuse = 0;
-  expect_argument(config, "plan_reuse");
+  config.skip_model.plan_cost_ms = std::nan("");  // would otherwise fall back to the measured time unnoticed
+  expect_argument(config, "plan_cost_ms");
+  config = {};
+  config.skip_model.min_density = std::nan("");
+  expect_argument(config, "skip_model");
   EXPECT_THROW(centered_subspace(mask, 1, 10, 0), InvalidArgument);
   EXPECT_THROW(head_permutation(mask, 0, Order::kWaveAlign, 0, 10, 0), InvalidArgument);
   std::vector<int32_t> order{0, 1, 2};

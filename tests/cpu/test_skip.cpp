@@ -1,6 +1,7 @@
 // The adaptive skip's one rule (decide_skip, core/skip_rule.h) and its text (skip_reason_text): policies, the
 // order of the statistics tests, the gain against the plan cost at and around break-even, NaN inputs, the
-// reason codes' byte values, the wrappers, and make_plan deciding every head through it.
+// reason codes' byte values, the wrappers, and make_plan deciding every head through it. (The config checks of
+// plan_reuse and plan_cost_ms are in test_plan.cpp, PlanErrors.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -252,31 +253,6 @@ TEST(SkipInPlan, EveryHeadIsDecidedByDecideSkipOnItsStatistics) {
     EXPECT_EQ(head.permutation == identity, head.skip.skipped) << "head " << h;
   }
   EXPECT_EQ(plan.skipped_heads(), 3);
-}
-
-TEST(SkipInPlan, ConfigRejectsNonFiniteCosts) {
-  const BlockMask mask = test_support::bernoulli_mask(1, 20, 20, 0.5, 1);
-  auto expect_argument = [&](PlanConfig config, const std::string& argument) {
-    try {
-      make_plan(mask, config);
-      ADD_FAILURE() << "no error for " << argument;
-    } catch (const InvalidArgument& error) {
-      EXPECT_EQ(error.argument(), argument) << error.what();
-    }
-  };
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const double inf = std::numeric_limits<double>::infinity();
-  for (double reuse : {nan, inf, -1.0}) {
-    PlanConfig config;
-    config.skip_model.plan_reuse = reuse;
-    expect_argument(config, "plan_reuse");
-  }
-  PlanConfig config;
-  config.skip_model.plan_cost_ms = nan;
-  expect_argument(config, "plan_cost_ms");
-  config = {};
-  config.skip_model.min_density = nan;
-  expect_argument(config, "skip_model");
 }
 
 }  // namespace

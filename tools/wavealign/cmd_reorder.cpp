@@ -2,7 +2,6 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
-#include <limits>
 
 #include "builtin_profiles.h"
 #include "checks.h"
@@ -100,12 +99,8 @@ Runner add_reorder(CLI::App& app) {
   command->add_option("--order", options->order, "original, s1, s2, wavealign or shuffled")->capture_default_str();
   command->add_option("--gpu", options->gpu, "GPU preset of the wave size and the skip profile: h100, h200, a40")
       ->capture_default_str();
-  command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")
-      ->capture_default_str()
-      ->check(integer_in(0));
-  command->add_option("--iterations", options->iterations, "subspace iterations of Stage 1")
-      ->capture_default_str()
-      ->check(integer_in(1, 1000));
+  add_wave_size_option(*command, options->wave_size);
+  add_iterations_option(*command, options->iterations);
   add_seed_option(*command, options->seed, "seed of the subspace start and the shuffled order");
   command->add_option("--skip", options->skip,
                       "skip policy: auto (keep the original order where reordering cannot pay), never or always")
@@ -113,9 +108,7 @@ Runner add_reorder(CLI::App& app) {
   command->add_option("--profile", options->profile,
                       "skip profile JSON that --skip auto decides with (default: the built-in profile of --gpu; "
                       "none: the simulated gain against this CPU's plan time)");
-  command->add_option("--plan-reuse", options->plan_reuse, "attention calls that share one plan (--skip auto)")
-      ->capture_default_str()
-      ->check(number_in({0, std::numeric_limits<double>::infinity(), true, false}));
+  add_plan_reuse_option(*command, options->plan_reuse, "attention calls that share one plan (--skip auto)");
   command->add_option("--tokens", options->tokens,
                       "sequence length the profile is read at (default: query blocks x --block)")
       ->check(integer_in<int64_t>(1));

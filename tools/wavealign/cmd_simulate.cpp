@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "builtin_profiles.h"
 #include "checks.h"
@@ -506,12 +507,8 @@ Runner add_simulate(CLI::App& app) {
   command->add_option("--gpu", options->gpu, "GPU preset: h100, h200, a40")->capture_default_str();
   command->add_option("--orders", options->orders, "comma-separated: original,s1,s2,wavealign,shuffled")
       ->capture_default_str();
-  command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")
-      ->capture_default_str()
-      ->check(integer_in(0));
-  command->add_option("--iterations", options->iterations, "subspace iterations of Stage 1")
-      ->capture_default_str()
-      ->check(integer_in(1, 1000));
+  add_wave_size_option(*command, options->wave_size);
+  add_iterations_option(*command, options->iterations);
   command->add_option("--traversal", options->traversal, "K/V walk: ascending or sawtooth")->capture_default_str();
   command->add_option("--head-order", options->head_order, "sequential or concurrent-heads")->capture_default_str();
   command->add_option("--cache-model", options->cache_model, "unified or two-partition")->capture_default_str();
@@ -519,10 +516,8 @@ Runner add_simulate(CLI::App& app) {
       ->check(number_in({0, 1, true, false}));
   command->add_option("--jitter", options->jitter, "per-block time jitter (default: the simulator's, 0.25)")
       ->check(number_in({0, 1, false, true}));
-  command->add_option("--plan-reuse", options->plan_reuse,
-                      "attention calls that share one plan: the plan cost is divided by it")
-      ->capture_default_str()
-      ->check(number_in({0, std::numeric_limits<double>::infinity(), true, false}));
+  add_plan_reuse_option(*command, options->plan_reuse,
+                        "attention calls that share one plan: the plan cost is divided by it");
   command->add_option("--plan-cost", options->plan_cost,
                       "plan cost charged per head: gpu (the GPU planner's, from the skip profile), cpu (this "
                       "machine's CPU plan time) or a time in ms")

@@ -16,6 +16,7 @@
 #include "wavealign/error.h"
 #include "wavealign/skip.h"
 #include "wavealign/skip_profile.h"
+#include "workload_options.h"
 
 namespace wavealign::cli {
 
@@ -100,9 +101,7 @@ Runner add_skip(CLI::App& app) {
                                                  "per head)")
       ->capture_default_str()
       ->check(integer_in(1));
-  command->add_option("--plan-reuse", options->plan_reuse, "attention calls that reuse one plan")
-      ->capture_default_str()
-      ->check(number_in({0, std::numeric_limits<double>::infinity(), true, false}));
+  add_plan_reuse_option(*command, options->plan_reuse, "attention calls that reuse one plan");
   command->add_option("--plan-cost-ms", options->plan_cost_ms,
                       "plan cost charged per head instead of the profile's")
       ->check(number_in({0, std::numeric_limits<double>::infinity()}));

@@ -66,9 +66,7 @@ Runner add_viz(CLI::App& app) {
   command->add_option("--perm", options->permutation, "int32 [H,MB] permutation file (default: plan here)");
   command->add_option("--order", options->order, "order planned when --perm is not given")->capture_default_str();
   command->add_option("--gpu", options->gpu, "GPU preset for the wave size")->capture_default_str();
-  command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")
-      ->capture_default_str()
-      ->check(integer_in(0));
+  add_wave_size_option(*command, options->wave_size);
   command->add_option("--max-pixels", options->max_pixels, "largest panel edge; larger masks are averaged down")
       ->capture_default_str()
       ->check(integer_in(16));

@@ -1,6 +1,7 @@
 #include "workload_options.h"
 
 #include <filesystem>
+#include <limits>
 
 #include "checks.h"
 #include "wavealign/error.h"
@@ -33,6 +34,24 @@ void add_block_option(CLI::App& command, int& block, const std::string& help) {
 
 void add_seed_option(CLI::App& command, uint64_t& seed, const std::string& help) {
   command.add_option("--seed", seed, help)->capture_default_str()->check(integer_in<uint64_t>(0));
+}
+
+void add_wave_size_option(CLI::App& command, int& wave_size) {
+  command.add_option("--wave-size", wave_size, "rows per wave (0 = the GPU's slots)")
+      ->capture_default_str()
+      ->check(integer_in(0));
+}
+
+void add_iterations_option(CLI::App& command, int& iterations) {
+  command.add_option("--iterations", iterations, "subspace iterations of Stage 1")
+      ->capture_default_str()
+      ->check(integer_in(1, 1000));
+}
+
+void add_plan_reuse_option(CLI::App& command, double& plan_reuse, const std::string& help) {
+  command.add_option("--plan-reuse", plan_reuse, help)
+      ->capture_default_str()
+      ->check(number_in({0, std::numeric_limits<double>::infinity(), true, false}));
 }
 
 BlockMask load_mask_file(const std::string& path) {

@@ -35,6 +35,11 @@ void add_workload_options(CLI::App& command, WorkloadOptions& options);
 /// subcommands that take them.
 void add_block_option(CLI::App& command, int& block, const std::string& help);
 void add_seed_option(CLI::App& command, uint64_t& seed, const std::string& help);
+/// --wave-size (an integer >= 0; 0 = the GPU's slots) and --iterations (Stage 1's, in [1, 1000]).
+void add_wave_size_option(CLI::App& command, int& wave_size);
+void add_iterations_option(CLI::App& command, int& iterations);
+/// --plan-reuse: a finite number > 0, the attention calls that share one plan.
+void add_plan_reuse_option(CLI::App& command, double& plan_reuse, const std::string& help);
 
 /// A bool/uint8 .npy mask file (the --mask option) with no empty dimension: throws InvalidArgument naming the
 /// file for a malformed file and "--mask" for a zero heads, query-block or KV-block count.
