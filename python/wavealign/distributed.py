@@ -19,6 +19,7 @@ service. Import it before the process group's first collective.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -201,6 +202,33 @@ def _heads_view(tokens_major: torch.Tensor) -> torch.Tensor:
     return tokens_major.permute(1, 2, 0, 3)
 
 
+class _Clock:
+    """Marks between the phases of one call: CUDA events on the compute stream for CUDA tensors (no host
+    synchronization until read), the host clock otherwise (gloo's waits block the host)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        self.marks: list[tuple[str, Any]] = []
+
+    def mark(self, phase: str) -> None:
+        """Ends `phase` (the first mark starts the clock)."""
+        if self.stream is None:
+            self.marks.append((phase, time.perf_counter()))
+        else:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(self.stream)
+            self.marks.append((phase, event))
+
+    def milliseconds(self) -> dict[str, float]:
+        if self.stream is not None:
+            self.marks[-1][1].synchronize()
+        times = {}
+        for (_, start), (phase, stop) in zip(self.marks, self.marks[1:]):
+            times[phase] = start.elapsed_time(stop) if self.stream is not None else (stop - start) * 1e3
+        times["total_ms"] = sum(times.values())
+        return times
+
+
 # ---- the layer -----------------------------------------------------------------------------------------------
 
 class UlyssesAttention(torch.nn.Module):
@@ -224,7 +252,8 @@ class UlyssesAttention(torch.nn.Module):
 
     Args: group (None: the default process group), layout, mask_method; block_size, wave_size, order,
     iterations, seed, skip, gpu, plan_reuse, profile: as in wavealign.plan(); scale, traversal, head_order,
-    kernel: as in wavealign.sparse_attention(); cache_size: plans kept (see wavealign.nn.SparseAttention).
+    kernel: as in wavealign.sparse_attention(); cache_size: plans kept (see wavealign.nn.SparseAttention);
+    record_timings: mark the phases of every call for timings() (CUDA events, no host synchronization).
     Eager only (no torch.compile), inference only (no backward), like the calls it makes.
     """
 
@@ -232,7 +261,8 @@ class UlyssesAttention(torch.nn.Module):
                  block_size: int | tuple[int, int] = 128, wave_size: int | None = None, order: str = "wavealign",
                  iterations: int = 10, seed: int = 0, skip: str = "auto", gpu: str = "h200", plan_reuse: float = 1.0,
                  profile: Any = None, scale: float | None = None, traversal: str = "ascending",
-                 head_order: str = "sequential", kernel: str = "auto", cache_size: int = 8) -> None:
+                 head_order: str = "sequential", kernel: str = "auto", cache_size: int = 8,
+                 record_timings: bool = False) -> None:
         super().__init__()
         _check_layout(layout)
         if mask_method is not None and not callable(mask_method):
@@ -244,6 +274,8 @@ class UlyssesAttention(torch.nn.Module):
                                      seed=seed, skip=skip, gpu=gpu, plan_reuse=plan_reuse, profile=profile,
                                      scale=scale, traversal=traversal, head_order=head_order, kernel=kernel,
                                      cache_size=cache_size)
+        self.record_timings = record_timings
+        self._clock: _Clock | None = None
 
     def extra_repr(self) -> str:
         return f"layout={self.layout!r}, mask_method={getattr(self.mask_method, '__name__', self.mask_method)!r}"
@@ -260,10 +292,14 @@ class UlyssesAttention(torch.nn.Module):
                 raise invalid("block_mask", f"is None, {given}, and the layer has no mask_method")
         if plan is not None:
             _check_plan(plan, "plan", split)
+        clock = self._clock = _Clock(q.device) if self.record_timings else None
+        mark = clock.mark if clock is not None else lambda phase: None
+        mark("start")
         # Issued in the order they are needed: the mask method reads q and k, the kernel all three. On NCCL each
         # runs on the communicator's stream, so packing k and v, and then the mask and the plan, overlap the
         # transfers still in flight; the compute stream waits for a buffer only where it reads it.
         flights = [_start_to_heads(x, split, self.group) for x in (q, k, v)]
+        mark("pack_ms")
         try:
             if plan is None:
                 plan = self._rank_plan(split, flights, block_mask, mask_key)
@@ -271,15 +307,18 @@ class UlyssesAttention(torch.nn.Module):
                 # The kernel reads the mask as CSR, whose size only the device knows: derive it now (one host
                 # synchronization per new plan), while v may still be arriving.
                 plan.csr()
+            mark("plan_ms")
         finally:
             # Every rank has posted these all-to-alls: complete them even when planning failed, so that the
             # group stays usable after the error.
             for work, _ in flights:
                 work.wait()
+        mark("wait_ms")
         heads_q, heads_k, heads_v = (_heads_view(receive) for _, receive in flights)
         local = self.local
         o, lse = sparse_attention(heads_q, heads_k, heads_v, plan, scale=local.scale, return_lse=True,
                                   traversal=local.traversal, head_order=local.head_order, kernel=local.kernel)
+        mark("attention_ms")
         back = [_start_to_sequence(o.permute(2, 0, 1, 3), split, self.group)]
         if return_lse:
             back.append(_start_to_sequence(lse.permute(2, 0, 1), split, self.group))
@@ -287,7 +326,19 @@ class UlyssesAttention(torch.nn.Module):
         for work, receive in back:
             work.wait()
             shards.append(_sequence_shard(receive, split))
+        mark("to_sequence_ms")
         return (shards[0], shards[1]) if return_lse else shards[0]
+
+    def timings(self) -> dict[str, float]:
+        """Milliseconds of the phases of the last call made with record_timings (reading them waits for that
+        call on CUDA): pack_ms (copying q, k, v into the send buffers), plan_ms (the mask method and the plan;
+        0 with a given or cached plan), wait_ms (waiting for the all-to-alls to heads: the communication that
+        the packing and planning did not hide), attention_ms (the rank's sparse attention), to_sequence_ms
+        (the all-to-all back and the unpacking of O, and LSE), total_ms (their sum)."""
+        if self._clock is None:
+            raise RuntimeError("wavealign.distributed.UlyssesAttention.timings: no call was made with "
+                               "record_timings=True")
+        return self._clock.milliseconds()
 
     def _cached_plan(self, mask_key: Any) -> Plan | None:
         """The plan cached under mask_key, or None."""

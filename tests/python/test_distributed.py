@@ -129,9 +129,11 @@ def run_cases(group, device: torch.device, config: Config) -> dict:
     permutation = layer.local.plan_for(local_mask).permutation.cpu()
     results["reordered"] = bool((permutation != torch.arange(permutation.shape[1], dtype=torch.int32)).any())
 
-    # A plan of the rank's heads, made by the caller.
+    # A plan of the rank's heads, made by the caller; the phases of the call timed.
     own_plan = wavealign.plan(local_mask, **options)
-    results["plan"] = layer(*shards((q, k, v)), plan=own_plan, seq_len=config.uneven)
+    timed = ulysses.UlyssesAttention(group, record_timings=True, **options)
+    results["plan"] = timed(*shards((q, k, v)), plan=own_plan, seq_len=config.uneven)
+    results["timings"] = timed.timings()
 
     # Bad calls: every rank raises the same error, and the group stays usable afterwards. A 3-head mask is
     # never a rank's (H/P = 2 or 1 heads, B*H/P = 4 or 2).
@@ -252,6 +254,21 @@ def cpu_runs(tmp_path_factory):
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_uneven_sequence_in_both_orders_equals_one_process(cpu_runs, ranks):
     check_precomputed_mask_cases(cpu_runs, ranks, CPU, "cpu")
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_timings_cover_every_phase(cpu_runs, ranks):
+    phases = ["pack_ms", "plan_ms", "wait_ms", "attention_ms", "to_sequence_ms"]
+    for _, results in per_group_rank(cpu_runs, ranks):
+        timings = results["timings"]
+        assert sorted(timings) == sorted(phases + ["total_ms"])
+        assert all(timings[phase] >= 0 for phase in phases) and timings["attention_ms"] > 0
+        assert timings["total_ms"] == pytest.approx(sum(timings[phase] for phase in phases))
+
+
+def test_timings_before_a_timed_call_raise():
+    with pytest.raises(RuntimeError, match="record_timings=True"):
+        ulysses.UlyssesAttention(record_timings=True).timings()
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
