@@ -152,7 +152,13 @@ def run_cases(group, device: torch.device, config: Config) -> dict:
         "mask_method": lambda: ulysses.UlyssesAttention(group, mask_method=lambda q, k: three_heads, **options)(
             *shards((q, k, v)), seq_len=seq_len),
     }
+    per_entry = np.arange(BATCH * HEADS * 4).reshape(BATCH * HEADS, 2, 2)  # one mask per batch entry and head
+    errors["batch"] = lambda: ulysses.shard_heads(per_entry, group, batch=3)
+    errors["shard-csr"] = lambda: ulysses.shard_heads((np.zeros(3), np.zeros(2)), group)
     results["errors"] = {name: error_of(call) for name, call in errors.items()}
+    numpy_heads = ulysses.shard_heads(per_entry, group, batch=BATCH)
+    results["shard-heads"] = (type(numpy_heads).__name__, torch.from_numpy(numpy_heads),
+                              ulysses.shard_heads(torch.from_numpy(per_entry[:HEADS]), group))
     results["after-errors"] = layer(*shards((q, k, v)), local_mask, seq_len=seq_len, return_lse=True)
 
     # Even sequence, [B, L_r, H, d], a mask method (one mask per batch entry and head), once per mask_key.
@@ -305,7 +311,8 @@ def test_bad_calls_raise_on_every_rank_naming_the_argument(cpu_runs, ranks):
     expected = {"heads": ("q", "cannot share evenly"), "seq_len": ("q", "torch.tensor_split"),
                 "layout": ("layout", "bshd"), "k": ("k", "q's shape"), "plan": ("plan", "rank's own heads"),
                 "block_mask": ("block_mask", "rank's own heads"), "no-mask": ("block_mask", "no mask_method"),
-                "mask_method": ("mask_method", "rank's own heads")}
+                "mask_method": ("mask_method", "rank's own heads"), "batch": ("batch", "does not divide"),
+                "shard-csr": ("block_mask", "dense")}
     expected_o, expected_lse = one_process(CPU, *inputs(CPU, CPU.uneven))
     for rank, results in per_group_rank(cpu_runs, ranks):
         for case, (argument, words) in expected.items():
@@ -314,6 +321,17 @@ def test_bad_calls_raise_on_every_rank_naming_the_argument(cpu_runs, ranks):
         o, lse = results["after-errors"]
         assert torch.equal(o, shard_of(expected_o, ranks, rank, 2))
         assert torch.equal(lse, shard_of(expected_lse, ranks, rank, 2))
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_shard_heads_takes_the_rank_s_heads_of_every_batch_entry(cpu_runs, ranks):
+    local = HEADS // ranks
+    for rank, results in per_group_rank(cpu_runs, ranks):
+        kind, per_entry, shared = results["shard-heads"]
+        heads = [b * HEADS + h for b in range(BATCH) for h in range(rank * local, (rank + 1) * local)]
+        assert kind == "ndarray"  # a numpy mask stays numpy
+        assert np.array_equal(per_entry.numpy(), np.arange(BATCH * HEADS * 4).reshape(-1, 2, 2)[heads])
+        assert torch.equal(shared, torch.arange(HEADS * 4).reshape(-1, 2, 2)[rank * local:(rank + 1) * local])
 
 
 def test_shard_sizes_follow_tensor_split():
