@@ -72,6 +72,12 @@ def commit():
         return None
 
 
+def nccl_version():
+    """NCCL's version as "major.minor.patch" (torch reports a tuple, older releases one int)."""
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def emit(record):
     print(json.dumps(record), flush=True)
 
@@ -207,7 +213,7 @@ def run_rank(rank, args, device, dtype, mask_path, wavealign, ulysses):
     if rank == 0:
         emit({"kind": "meta", "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "gpus": RANKS, "torch": torch.__version__,
-              "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+              "nccl": nccl_version() if device.type == "cuda" else None,
               "commit": commit(), "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
               "env": {name: os.environ.get(name) for name in
                       ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")},
