@@ -220,8 +220,8 @@ class WanSparseAttention:
         window = None if self.refresh == 1 else (step - self.dense_steps) // self.refresh
         cached = self._plans.get(key) if window is not None else None
         if cached is not None and cached[0] == window:
-            self._mark(call, q)
-            self._mark(call, q)
+            if call is not None:
+                call.marks += [call.marks[-1]] * 2       # no mask and no plan made: both spans are 0
             return cached[1]
         mask = self._method(q, k)
         self._mark(call, q)
