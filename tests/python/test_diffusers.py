@@ -10,6 +10,7 @@ through the model, and stays within bf16 tolerance (2e-2 of the output's scale) 
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -228,6 +229,29 @@ def test_the_example_runs_on_the_cpu():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "192 tokens" in result.stdout and "finite: True" in result.stdout
     assert "   1 " in result.stdout                        # a row for the second (sparse) step
+
+
+def test_the_e2e_benchmark_and_its_collector_run_on_a_tiny_model(tmp_path):
+    bench = EXAMPLES.parent / "bench" / "gpu"
+    log = tmp_path / "e2e.jsonl"
+    result = subprocess.run([sys.executable, str(bench / "bench_e2e.py"), "--config", "tiny", "--device", "cpu",
+                             "--frames", "9", "--height", "128", "--width", "128", "--layers", "2", "--block",
+                             str(BLOCK), "--methods", "pooled", "--backends", "wavealign", "--profile", "",
+                             "--out", str(log)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(row["method"], row["order"]) for row in rows] == [("dense", "original"), ("pooled", "original"),
+                                                               ("pooled", "wavealign")]
+    assert rows[0]["dense_calls"] == 2 and rows[1]["sparse_calls"] == 2 and rows[2]["bitwise_equal_to_original"]
+    assert all(row["extrapolated"] and row["step_ms_model"] > row["step_ms"] for row in rows)
+    docs = tmp_path / "e2e.md"
+    docs.write_text((EXAMPLES.parent / "docs" / "e2e.md").read_text())
+    result = subprocess.run([sys.executable, str(bench / "collect_e2e.py"), str(log), "--out",
+                             str(tmp_path / "e2e.json"), "--docs", str(docs)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    assert record["rows"][0]["speedup_vs_dense"] == 1.0 and record["rows"][2]["speedup_vs_original"] > 0
+    assert "| 9 | 192 | 2 | pooled | wavealign | wavealign |" in docs.read_text()
 
 
 def wrong_size(q, k):
