@@ -66,12 +66,7 @@ class StepTimer:
                        transformer.blocks[-1].register_forward_hook(lambda module, args, out: self._mark())]
 
     def _mark(self) -> None:
-        if self.device.type == "cuda":
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter())
+        self.marks.append(wavealign.diffusers.time_mark(self.device))
 
     def forward(self, transformer: Any, inputs: dict[str, Any]) -> tuple[Any, float, float]:
         """(output, step ms, blocks ms) of one forward."""
@@ -82,11 +77,8 @@ class StepTimer:
         self._mark()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            span = lambda a, b: float(a.elapsed_time(b))  # noqa: E731
-        else:
-            span = lambda a, b: 1e3 * (b - a)  # noqa: E731
         start, first_block, last_block, end = self.marks
-        return out, span(start, end), span(first_block, last_block)
+        return out, wavealign.diffusers.elapsed_ms(start, end), wavealign.diffusers.elapsed_ms(first_block, last_block)
 
     def close(self) -> None:
         for hook in self._hooks:

@@ -29,8 +29,9 @@ import itertools
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from . import _profile
 from ._plan import Plan, plan as make_plan
@@ -150,7 +151,7 @@ class WanSparseAttention:
             row = rows.setdefault((call.step, call.branch), {
                 "step": call.step, "branch": call.branch, "calls": 0, "sparse_calls": 0, "dense_calls": 0,
                 "mask_ms": 0.0, "plan_ms": 0.0, "attention_ms": 0.0})
-            spans = [_elapsed_ms(start, end) for start, end in zip(call.marks, call.marks[1:])]
+            spans = [elapsed_ms(start, end) for start, end in zip(call.marks, call.marks[1:])]
             row["calls"] += 1
             if call.dense:
                 row["dense_calls"] += 1
@@ -250,17 +251,22 @@ class WanSparseAttention:
             return
         if not call.marks:
             self._calls.append(call)
-        if like.device.type == "cuda":
-            import torch
-
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            call.marks.append(event)
-        else:
-            call.marks.append(time.perf_counter())
+        call.marks.append(time_mark(like.device))
 
 
-def _elapsed_ms(start: Any, end: Any) -> float:
+def time_mark(device: Any) -> Any:
+    """A timing mark on a torch device: a CUDA event recorded on its current stream, or perf_counter seconds."""
+    if device.type == "cuda":
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    return time.perf_counter()
+
+
+def elapsed_ms(start: Any, end: Any) -> float:
+    """Milliseconds between two time_mark()s (CUDA events must have completed: synchronize first)."""
     if isinstance(start, float):
         return 1e3 * (end - start)
     return float(start.elapsed_time(end))
@@ -555,7 +561,7 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
     Returns the handle; `remove(transformer)` puts the original processors back.
     """
     torch = require_torch("wavealign.diffusers")
-    require_diffusers()
+    _require_diffusers()
     if getattr(transformer, _HANDLE_ATTRIBUTE, None) is not None:
         raise invalid("transformer", "already has the wavealign processors; call wavealign.diffusers.remove "
                                      "first")
@@ -619,7 +625,7 @@ def remove(transformer: Any) -> None:
     handle.clear_plans()
 
 
-def require_diffusers() -> Any:
+def _require_diffusers() -> Any:
     try:
         import diffusers
     except ImportError as error:
@@ -628,4 +634,5 @@ def require_diffusers() -> Any:
     return diffusers
 
 
-__all__ = ["apply", "remove", "WanSparseAttention", "WanSparseAttnProcessor", "BACKENDS", "METHODS"]
+__all__ = ["apply", "remove", "WanSparseAttention", "WanSparseAttnProcessor", "BACKENDS", "METHODS", "time_mark",
+           "elapsed_ms"]

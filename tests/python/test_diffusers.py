@@ -343,8 +343,8 @@ def gpu_outputs(model, inputs, backend, **options):
     return outputs
 
 
-@needs_cuda
 @needs_kernel
+@needs_cuda
 def test_gpu_fused_kernel_orders_are_bit_identical_through_the_model(gpu_model, gpu_inputs):
     outputs = gpu_outputs(gpu_model, gpu_inputs, "wavealign")
     assert torch.equal(outputs["wavealign"], outputs["original"])
@@ -363,8 +363,8 @@ def test_gpu_fa4_orders_are_bit_identical_through_the_model(gpu_model, gpu_input
     assert torch.equal(outputs["wavealign"], outputs["original"])
 
 
-@needs_cuda
 @needs_kernel
+@needs_cuda
 def test_gpu_timing_and_an_inductor_compiled_model(gpu_model, gpu_inputs):
     handle = wd.apply(gpu_model, gpu_sparse_mask, block_size=GPU_BLOCK, timing=True)
     eager = run(gpu_model, gpu_inputs)
