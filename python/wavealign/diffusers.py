@@ -233,6 +233,9 @@ class WanSparseAttention:
             self._check_blocks(plan.q_blocks, plan.kv_blocks, q.shape[-2], layer)
             if self._on_plan is not None:
                 self._on_plan(layer, step, branch, plan)
+            mask = None                                   # the plan holds what the backends read
+        elif getattr(mask, "ndim", 0) >= 2:
+            self._check_blocks(mask.shape[-2], mask.shape[-1], q.shape[-2], layer)
         self._mark(call, q)
         if window is not None:
             self._plans[key] = (window, (plan, mask))

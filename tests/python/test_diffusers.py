@@ -290,6 +290,10 @@ def test_bad_models_and_calls(clean, inputs):
         wd.apply(clean, full_mask)
     with pytest.raises(ValueError, match=r"invalid argument 'method': returned a mask of 5 x 5 blocks at layer 0"):
         run(clean, inputs)
+    wd.remove(clean)
+    wd.apply(clean, wrong_size, backend="sdpa-masked", block_size=BLOCK)
+    with pytest.raises(ValueError, match=r"invalid argument 'method': returned a mask of 5 x 5 blocks"):
+        run(clean, inputs)
 
 
 def test_method_names_resolve_from_wavealign_methods(clean):
