@@ -53,8 +53,9 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
         if not (np.issubdtype(array.dtype, np.floating)):
             raise invalid(name, f"has dtype {array.dtype}, expected a floating-point dtype")
     q4, k4, v4 = (a.reshape(batch, heads, length, head_dim) for a in arrays)
-    row_ptr, col_idx = plan._host_csr()
-    o, lse = reference(q4, k4, v4, row_ptr, col_idx, plan._batch_schedule_host(batch, heads, head_order),
+    row_ptr, col_idx, schedule = plan._launch_arrays(batch, heads, head_order)
+    offsets = np.arange(batch, dtype=np.int32)[:, None, None] * np.array([heads, 0], np.int32)
+    o, lse = reference(q4, k4, v4, row_ptr, col_idx, _per_launch(schedule, batch, heads, plan.heads, offsets),
                        plan.block_size, scale)
     shape = arrays[0].shape
     o = o.reshape(shape).astype(arrays[0].dtype, copy=False)
@@ -83,6 +84,14 @@ def _check_shapes(shapes: list[tuple[int, ...]], plan: Plan) -> tuple[int, int, 
         raise invalid("q", f"has {heads} heads and batch {batch}; the plan's mask has {plan.heads} heads "
                            f"(expected H = {heads} or B*H = {batch * heads})")
     return batch, heads, length, head_dim
+
+
+def _per_launch(schedule: Any, batch: int, heads: int, mask_heads: int, offsets: Any) -> Any:
+    """A batch schedule [batch*heads*MB, 2] (heads b*heads + h) as one schedule per launch [Bs, heads*MB, 2]
+    with heads numbered within the launch: Bs = 1 for a mask shared by the batch, else one per entry.
+    offsets: (b*heads, 0) per entry, [batch, 1, 2], in the schedule's framework."""
+    per_entry = schedule.reshape(batch, -1, 2) - offsets
+    return per_entry[:1] if mask_heads == heads else per_entry
 
 
 def _launches(batch: int, heads: int, mask_heads: int, q_blocks: int) -> list[tuple[int, int, int]]:
@@ -128,12 +137,16 @@ def _torch_call(q: Any, k: Any, v: Any, plan: Plan, scale: float | None, return_
     scale = check_scale(scale, head_dim)
     if q.device.type == "cuda":
         check_cuda_dtype(q.dtype)
-    state = plan._state(q.device)
-    schedules = plan._batch_schedule(state, batch, heads, head_order)
+    row_ptr, col_idx, schedule, error = plan._launch_tensors(q.device, batch, heads, head_order)
+    if error is not None:
+        plan.check()  # the kernel does not read the device validation record: read it here (one synchronization)
+    offsets = (torch.arange(batch, dtype=torch.int32, device=schedule.device)[:, None, None] *
+               torch.tensor([heads, 0], dtype=torch.int32, device=schedule.device))
+    schedules = _per_launch(schedule, batch, heads, plan.heads, offsets)
     squeeze = q.dim() == 3
     if squeeze:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    o, lse = torch.ops.wavealign.sparse_attention(q, k, v, state.row_ptr, state.col_idx, schedules,
+    o, lse = torch.ops.wavealign.sparse_attention(q, k, v, row_ptr, col_idx, schedules,
                                                   plan.block_size[0], plan.block_size[1], scale, traversal, kernel)
     if squeeze:
         o, lse = o.squeeze(0), lse.squeeze(0)

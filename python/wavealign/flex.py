@@ -50,14 +50,14 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
     mask_mod = None
     if source.format == "flex":
         batch, heads = source.flex_batch_heads
-        permutation = plan._state(source.device).permutation.to(torch.int64).view(batch, heads, q_blocks)
+        permutation = torch.as_tensor(plan.permutation).to(torch.int64).view(batch, heads, q_blocks)
         for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
             value = getattr(source.flex, name, None)
             tensors[name] = None if value is None else _gather_rows(torch, value, permutation).to(device)
         mask_mod = _permuted_mask_mod(torch, getattr(source.flex, "mask_mod", None), permutation.to(device),
                                       q_block, source.seq_lengths[0])
     else:
-        counts, indices = plan._handle.permuted_mask().flex()
+        counts, indices = plan._permuted_flex_arrays()
         tensors["kv_num_blocks"] = torch.from_numpy(counts).view(1, plan.heads, q_blocks).to(device)
         tensors["kv_indices"] = torch.from_numpy(indices).view(1, plan.heads, q_blocks, plan.kv_blocks).to(device)
     options = {"BLOCK_SIZE": (q_block, kv_block), "mask_mod": mask_mod, "seq_lengths": (q_blocks * q_block, seq_len),

@@ -60,13 +60,13 @@ def test_sparse_attention_on_cpu_tensors_runs_the_reference(rng):
 def test_custom_ops_are_registered_with_consistent_fake_kernels(rng):
     plan = wavealign.plan(random_mask(rng, 2, 4, 4), wave_size=2, skip="never", block_size=8)
     x = torch.randn(2, 30, 8)
-    state = plan._state(x.device)
-    torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (x, state.permutation, 8))
-    torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (torch.randn(2, 32, 8), state.inverse, 8, 30))
+    permutation, inverse = (torch.from_numpy(a) for a in (plan.permutation, plan.inverse))
+    torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (x, permutation, 8))
+    torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (torch.randn(2, 32, 8), inverse, 8, 30))
     q, k, v = (torch.randn(1, 2, 32, 8) for _ in range(3))
-    schedules = plan._batch_schedule(state, 1, 2, "sequential")
+    row_ptr, col_idx, schedule, _ = plan._launch_tensors(q.device, 1, 2, "sequential")
     torch.library.opcheck(torch.ops.wavealign.sparse_attention.default,
-                          (q, k, v, state.row_ptr, state.col_idx, schedules, 8, 8, 0.35, "ascending", "auto"))
+                          (q, k, v, row_ptr, col_idx, schedule[None], 8, 8, 0.35, "ascending", "auto"))
 
 
 def flex_block_mask(mask, block, seq_len):
@@ -102,7 +102,7 @@ def test_flex_masks_with_full_blocks_and_mask_mod(rng):
     dense = block_mask.to_dense()[0].bool().numpy()
     assert np.array_equal(plan.permuted_mask().to_dense()[0].bool().numpy(),
                           np.stack([dense[h][plan.permutation[h].numpy()] for h in range(2)]))
-    assert plan._handle.mask.nnz == int(dense.sum())
+    assert int(plan.csr()[0][-1]) == int(dense.sum())
 
 
 def test_module_caches_plans_by_identity_version_or_key(rng):
@@ -152,29 +152,3 @@ def test_expanded_mask_oracle_matches_sdpa_on_cpu(rng):
     token_mask = torch.from_numpy(expand_mask(mask, 32, 8, 8))[None]
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=token_mask)
     assert torch.allclose(wavealign.sparse_attention(q, k, v, plan), expected, atol=1e-5)
-
-
-def test_device_side_helpers_of_the_gpu_plan_match_the_host_ones(rng):
-    # The GPU plan's schedules and mask rebuilds are plain torch ops: checked here on CPU tensors against the
-    # host layouts they replace (the GPU plan itself runs in test_gpu.py).
-    from wavealign import _gpu_plan, _plan
-
-    batch, heads, q_blocks = 2, 3, 10
-    mask = random_mask(rng, batch * heads, q_blocks, 12)
-    for mask_heads in (heads, batch * heads):
-        plan = wavealign.plan(mask[:mask_heads], wave_size=4, skip="never")
-        for head_order in ("sequential", "concurrent-heads"):
-            device = _plan._device_batch_schedule(torch, torch.from_numpy(plan.permutation), batch, heads,
-                                                  head_order)
-            assert np.array_equal(device.numpy(), plan._batch_schedule_host(batch, heads, head_order))
-
-    row_ptr, col_idx = csr_of(mask)
-    dense = _gpu_plan.dense_from_csr(torch, torch.from_numpy(row_ptr), torch.from_numpy(col_idx), batch * heads, 12)
-    assert np.array_equal(dense.numpy(), mask)
-    rows = _plan._csr_of_rows(torch, torch.from_numpy(mask).view(-1, 12))
-    assert np.array_equal(rows[0].numpy(), row_ptr) and np.array_equal(rows[1].numpy(), col_idx)
-    counts = torch.from_numpy(mask.sum(-1).astype(np.int32))
-    indices = torch.from_numpy(np.argsort(~mask, axis=-1, kind="stable").astype(np.int32))
-    first = torch.from_numpy(np.minimum(mask.sum(-1), 1).astype(np.int32))  # a "full" pair: each row's first block
-    pairs = [(counts, indices), (first, indices)]  # entries past a row's count are unkept columns: ignored
-    assert np.array_equal(_gpu_plan.dense_from_flex(torch, pairs, 12).numpy(), mask)
