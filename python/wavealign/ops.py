@@ -10,13 +10,23 @@ wavealign never imports torch. The Python entry points (wavealign.sparse_attenti
 Plan.unpermute_rows) call them with the plan's tensors; a compiled module sees one opaque node per call.
 """
 
+import threading
+
 from ._util import require_torch
 
 _registered = False
+_lock = threading.Lock()  # two threads meeting their first tensor at once register the ops once
 
 
 def register() -> None:
     """Registers the ops with torch (once; later calls return at once)."""
+    if _registered:
+        return
+    with _lock:
+        _register()
+
+
+def _register() -> None:
     global _registered
     if _registered:
         return

@@ -223,11 +223,10 @@ void GpuPlanner::check_call(const DeviceMask& mask, const GpuPlanOutputs& output
                shape.heads, "x", shape.q_blocks, "x", shape.kv_blocks, ", the planner was set up for ", heads_, "x",
                q_blocks_, "x", kv_blocks_);
   check_mask_shape(mask);  // array sizes and null pointers; the values are the device's to check
-  if (int64_t(heads_) * q_blocks_ > 0) {
+  if (int64_t(heads_) * q_blocks_ > 0)
     WA_CHECK_ARG(outputs.permutations != nullptr, "permutations", "is null (the permutation output is required)");
-    WA_CHECK_ARG(outputs.error != nullptr || std::holds_alternative<DenseMaskView>(mask), "error",
-                 "is null; a CSR or FlexAttention mask is validated on the device, which writes the error record");
-  }
+  WA_CHECK_ARG(outputs.error != nullptr || std::holds_alternative<DenseMaskView>(mask), "error",
+               "is null; a CSR or FlexAttention mask is validated on the device, which writes the error record");
   check_csr_output(outputs.csr_row_ptr, outputs.csr_col_idx, outputs.csr_col_capacity, "csr_row_ptr", "csr_col_idx",
                    "csr_col_capacity");
   check_csr_output(outputs.permuted_row_ptr, outputs.permuted_col_idx, outputs.permuted_col_capacity,
