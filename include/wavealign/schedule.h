@@ -38,6 +38,11 @@ Schedule make_schedule(const Plan& plan, HeadOrder head_order);
 Schedule make_batch_schedule(std::span<const int32_t> permutations, int mask_heads, int q_blocks, int batch,
                              int heads, HeadOrder head_order);
 
+/// The shape checks of make_batch_schedule (and of the GPU plan's write_batch_schedule): batch, heads >= 1,
+/// q_blocks >= 0, batch x heads x q_blocks within int32, mask_heads = heads or batch * heads. Throws
+/// InvalidArgument naming "batch", "heads", "q_blocks" or "mask_heads".
+void check_batch_shape(int mask_heads, int q_blocks, int batch, int heads);
+
 /// The identity plan's schedule (original order) without building a plan.
 Schedule original_schedule(int heads, int q_blocks, HeadOrder head_order);
 

@@ -120,8 +120,10 @@ def plan_on_device(torch: Any, ingested: Ingested, options: dict[str, Any]) -> D
         scratch = torch.empty(max(1, planner.scratch_bytes()), dtype=torch.uint8, device=device)
         planner.plan(ingested.view, outputs, prepared.data_ptr(), scratch.data_ptr(), scratch.numel(),
                      stream.cuda_stream)
-        if tensors["csr"][1] is None:  # int64 columns: the kernel reads int32 (exact once the record is clear)
-            tensors["csr"] = (tensors["csr"][0], ingested.owned[1].to(torch.int32))
+        if source.format == "csr":
+            if tensors["csr"][1] is None:  # int64 columns: the kernel reads int32 (exact once the record is clear)
+                tensors["csr"] = (tensors["csr"][0], ingested.owned[1].to(torch.int32))
+            tensors["permuted_csr"] = (tensors["permuted_csr"][0], tensors["permuted_csr"][1][:nnz])
     # `scratch` is released here: the caching allocator hands it out again only to later work on this stream.
     return DeviceHandle(planner, ingested, tensors, stream)
 

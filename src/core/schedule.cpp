@@ -38,8 +38,7 @@ Schedule original_schedule(int heads, int q_blocks, HeadOrder head_order) {
   return build_schedule(single_launch(heads, q_blocks, head_order), nullptr, head_order);
 }
 
-Schedule make_batch_schedule(std::span<const int32_t> permutations, int mask_heads, int q_blocks, int batch,
-                             int heads, HeadOrder head_order) {
+void check_batch_shape(int mask_heads, int q_blocks, int batch, int heads) {
   WA_CHECK_ARG(batch >= 1, "batch", "must be >= 1, got ", batch);
   WA_CHECK_ARG(heads >= 1, "heads", "must be >= 1, got ", heads);
   WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
@@ -48,6 +47,11 @@ Schedule make_batch_schedule(std::span<const int32_t> permutations, int mask_hea
   WA_CHECK_ARG(mask_heads == heads || int64_t(mask_heads) == int64_t(batch) * heads, "mask_heads", "is ", mask_heads,
                ", expected heads = ", heads, " (one mask shared by the batch) or batch*heads = ",
                int64_t(batch) * heads);
+}
+
+Schedule make_batch_schedule(std::span<const int32_t> permutations, int mask_heads, int q_blocks, int batch,
+                             int heads, HeadOrder head_order) {
+  check_batch_shape(mask_heads, q_blocks, batch, heads);
   WA_CHECK_ARG(permutations.size() == size_t(mask_heads) * q_blocks, "permutations", "has ", permutations.size(),
                " entries, expected mask_heads*q_blocks = ", size_t(mask_heads) * q_blocks);
   for (int h = 0; h < mask_heads; ++h)

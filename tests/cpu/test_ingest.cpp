@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/masks.h"
 #include "support/test_util.h"
 #include "wavealign/error.h"
 
@@ -18,14 +19,6 @@ namespace wavealign {
 namespace {
 
 using test_support::expect_invalid;
-
-std::vector<uint8_t> random_dense(int heads, int q_blocks, int kv_blocks, double density, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::bernoulli_distribution keep(density);
-  std::vector<uint8_t> dense(size_t(heads) * q_blocks * kv_blocks);
-  for (uint8_t& cell : dense) cell = keep(rng) ? 1 : 0;
-  return dense;
-}
 
 CsrMaskView csr_view(int heads, int q_blocks, int kv_blocks, const std::vector<int64_t>& row_ptr,
                      const std::vector<int32_t>& col_idx) {
@@ -193,8 +186,7 @@ std::optional<MaskErrorCode> first_csr_violation(const std::vector<int64_t>& row
 TEST(IngestCsr, RandomCorruptionsReportTheFirstViolation) {
   std::mt19937_64 rng(31);
   const int heads = 3, q_blocks = 9, kv_blocks = 70;
-  const BlockMask mask = BlockMask::from_dense(random_dense(heads, q_blocks, kv_blocks, 0.2, 4), heads, q_blocks,
-                                               kv_blocks);
+  const BlockMask mask = test_support::bernoulli_mask(heads, q_blocks, kv_blocks, 0.2, 4);
   const CsrMask clean = mask.to_csr();
   int found = 0;
   for (int trial = 0; trial < 400; ++trial) {
@@ -223,8 +215,8 @@ TEST(IngestCsr, RandomCorruptionsReportTheFirstViolation) {
 
 TEST(IngestDense, StridedViewsReadInPlace) {
   const int heads = 2, q_blocks = 5, kv_blocks = 70;
-  const auto dense = random_dense(heads, q_blocks, kv_blocks, 0.3, 9);
-  const BlockMask expected = BlockMask::from_dense(dense, heads, q_blocks, kv_blocks);
+  const BlockMask expected = test_support::bernoulli_mask(heads, q_blocks, kv_blocks, 0.3, 9);
+  const std::vector<uint8_t> dense = expected.to_dense();
   // The same mask stored [kv_blocks, q_blocks, heads] (all axes reversed) and read through strides.
   std::vector<uint8_t> reversed(dense.size());
   for (int h = 0; h < heads; ++h)

@@ -460,13 +460,7 @@ void GpuPlanner::clear_cache() {
 
 void write_batch_schedule(const int32_t* permutations, int mask_heads, int q_blocks, int batch, int heads,
                           HeadOrder head_order, ScheduleItem* schedule, Stream stream) {
-  WA_CHECK_ARG(batch >= 1, "batch", "must be >= 1, got ", batch);
-  WA_CHECK_ARG(heads >= 1, "heads", "must be >= 1, got ", heads);
-  WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
-  WA_CHECK_ARG(int64_t(batch) * heads * q_blocks <= INT_MAX, "batch", "batch x heads x q_blocks = ",
-               int64_t(batch) * heads * q_blocks, " exceeds the int32 schedule index");
-  WA_CHECK_ARG(mask_heads == heads || int64_t(mask_heads) == int64_t(batch) * heads, "mask_heads", "is ", mask_heads,
-               ", expected heads = ", heads, " or batch*heads = ", int64_t(batch) * heads);
+  check_batch_shape(mask_heads, q_blocks, batch, heads);
   const ScheduleShape shape{batch, heads, mask_heads, q_blocks, head_order == HeadOrder::kConcurrent};
   if (shape.items() == 0) return;
   WA_CHECK_ARG(permutations != nullptr, "permutations", "is null");
