@@ -30,8 +30,8 @@ WA_HOST_DEVICE constexpr uint64_t column_key(int64_t rows, int64_t entry) { retu
 /// Rule of row_ptr[entry] (of rows + 1 entries), given row_ptr[entry - 1] (ignored for entry 0).
 WA_HOST_DEVICE inline MaskErrorCode row_ptr_rule(int64_t entry, int64_t value, int64_t previous, int64_t rows,
                                                  int64_t nnz) {
-  if (entry == 0) return value == 0 ? MaskErrorCode::kNone : MaskErrorCode::kRowPtrStart;
-  if (value < previous) return MaskErrorCode::kRowPtrDecreases;
+  if (entry == 0 && value != 0) return MaskErrorCode::kRowPtrStart;
+  if (entry > 0 && value < previous) return MaskErrorCode::kRowPtrDecreases;
   if (entry == rows && value != nnz) return MaskErrorCode::kRowPtrEnd;
   return MaskErrorCode::kNone;
 }

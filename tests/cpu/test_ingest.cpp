@@ -135,6 +135,12 @@ TEST(IngestCsr, RowsStartAfterTheEmptyRowsBeforeThem) {
   EXPECT_EQ(error.row, 0);
 }
 
+TEST(IngestCsr, NoRowsStillNeedsAnEmptyColIdx) {
+  const std::vector<int64_t> row_ptr = {0};
+  EXPECT_EQ(find_mask_error(csr_view(0, 4, 4, row_ptr, {})).code, int32_t(MaskErrorCode::kNone));
+  EXPECT_EQ(find_mask_error(csr_view(0, 4, 4, row_ptr, {1, 2})).code, int32_t(MaskErrorCode::kRowPtrEnd));
+}
+
 TEST(IngestCsr, RowPtrIsCheckedBeforeAnyColumn) {
   auto row_ptr = kRowPtr;
   row_ptr[4] = 4;
