@@ -22,7 +22,7 @@ from . import _core
 from ._ingest import Ingested
 
 _CACHE_SIZE = 8
-_planners: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+_planners: OrderedDict[tuple, tuple[Any, Any, int]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -31,12 +31,13 @@ def available() -> bool:
     return bool(getattr(_core, "has_gpu_plan", False))
 
 
-def _planner(torch: Any, device: Any, shape: tuple[int, int, int], options: dict[str, Any]) -> tuple[Any, Any]:
-    """(planner, prepared workspace) of this device, shape and config: made, prepared and cached on first use.
+def _planner(torch: Any, device: Any, shape: tuple[int, int, int],
+             options: dict[str, Any]) -> tuple[Any, Any, int]:
+    """(planner, prepared workspace, the stream it was made on) of this device, shape and config: made,
+    prepared and cached on first use.
 
     The prepared workspace is a torch uint8 tensor (the caching allocator's memory) that plan() calls only
-    read. At most _CACHE_SIZE planners are kept, oldest out first; one evicted while a call still runs stays
-    alive with that call (it holds the pair). options["profile"] is a parsed _profile.Profile or None and
+    read. At most _CACHE_SIZE planners are kept, oldest out first. options["profile"] is a parsed _profile.Profile or None and
     enters the key by its content digest, so a planner made with one profile never serves another;
     options["tokens"] None is 0.
     """
@@ -55,8 +56,9 @@ def _planner(torch: Any, device: Any, shape: tuple[int, int, int], options: dict
                                    options["element_bytes"], options["kv_block"], options["plan_reuse"],
                                    None if profile is None else profile.core, tokens)
         prepared = torch.empty(max(1, planner.prepared_bytes), dtype=torch.uint8, device=device)
-        planner.prepare(prepared.data_ptr(), prepared.numel(), torch.cuda.current_stream(device).cuda_stream)
-        entry = (planner, prepared)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        planner.prepare(prepared.data_ptr(), prepared.numel(), stream)
+        entry = (planner, prepared, stream)
         _planners[key] = entry
         while len(_planners) > _CACHE_SIZE:
             _planners.popitem(last=False)
@@ -78,7 +80,7 @@ def plan_on_device(torch: Any, ingested: Ingested, options: dict[str, Any]) -> D
     heads, q_blocks, kv_blocks = ingested.view.shape
     rows = heads * q_blocks
     with torch.cuda.device(device):
-        planner, prepared = _planner(torch, device, (heads, q_blocks, kv_blocks), options)
+        planner, prepared, prepared_on = _planner(torch, device, (heads, q_blocks, kv_blocks), options)
         stream = torch.cuda.current_stream(device)
         outputs = _core.GpuPlanOutputs()
         ints = {"dtype": torch.int32, "device": device}
@@ -120,6 +122,10 @@ def plan_on_device(torch: Any, ingested: Ingested, options: dict[str, Any]) -> D
         scratch = torch.empty(max(1, planner.scratch_bytes()), dtype=torch.uint8, device=device)
         planner.plan(ingested.view, outputs, prepared.data_ptr(), scratch.data_ptr(), scratch.numel(),
                      stream.cuda_stream)
+        if stream.cuda_stream != prepared_on and not torch.cuda.is_current_stream_capturing():
+            # Read on another stream than it was allocated on: should the planner leave the cache, the
+            # allocator must not hand its memory out again before this stream's work is done.
+            prepared.record_stream(stream)
         if source.format == "csr":
             if tensors["csr"][1] is None:  # int64 columns: the kernel reads int32 (exact once the record is clear)
                 tensors["csr"] = (tensors["csr"][0], ingested.owned[1].to(torch.int32))
