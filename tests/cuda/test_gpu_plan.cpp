@@ -396,6 +396,20 @@ int compare_with_cpu(const BlockMask& mask, PlanConfig config, const std::string
   return exact_heads;
 }
 
+// Rows on a circle (test_support::circular_mask), one per head: well separated angles, so the GPU plan's
+// permutations equal the CPU's exactly.
+BlockMask circular_heads(int heads, int rows, int cols) {
+  BlockMask mask(heads, rows, cols);
+  for (int h = 0; h < heads; ++h) {
+    std::vector<double> theta;
+    const BlockMask one = test_support::circular_mask(rows, cols, 100 + h, 0.5, &theta);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j)
+        if (one.test(0, i, j)) mask.set(h, i, j);
+  }
+  return mask;
+}
+
 constexpr Order kAllOrders[] = {Order::kOriginal, Order::kS1, Order::kS2, Order::kWaveAlign, Order::kShuffled};
 
 TEST(GpuPlan, RandomMasksEveryOrder) {
@@ -430,15 +444,8 @@ TEST(GpuPlan, PartialShapes) {
 TEST(GpuPlan, StructuredMasksMatchExactly) {
   WA_REQUIRE_GPU();
   // Rows on a circle: the angles are well separated, so the permutations must be equal, not just close.
-  const int heads = 3, rows = 257, cols = 190;
-  BlockMask mask(heads, rows, cols);
-  for (int h = 0; h < heads; ++h) {
-    std::vector<double> theta;
-    const BlockMask one = test_support::circular_mask(rows, cols, 100 + h, 0.5, &theta);
-    for (int i = 0; i < rows; ++i)
-      for (int j = 0; j < cols; ++j)
-        if (one.test(0, i, j)) mask.set(h, i, j);
-  }
+  const int heads = 3;
+  const BlockMask mask = circular_heads(heads, 257, 190);
   for (Order order : {Order::kS1, Order::kWaveAlign}) {
     PlanConfig config;
     config.order = order;
@@ -1340,13 +1347,17 @@ TEST(GpuPlanArguments, PlanNamesTheArgument) {
 TEST(GpuPlanArguments, PreparedPartAndScratch) {
   WA_REQUIRE_GPU();
   PlanConfig config;  // WaveAlign: a start block to keep
-  GpuPlanner planner(2, 100, 80, config);
+  config.skip = SkipPolicy::kNever;
+  config.wave_size = 40;
+  config.iterations = 12;
+  const BlockMask host_mask = circular_heads(2, 257, 190);
+  GpuPlanner planner(2, 257, 190, config);
   ASSERT_GT(planner.prepared_bytes(), size_t(0));
   DeviceArray<uint8_t> prepared(planner.prepared_bytes());
   expect_invalid([&] { planner.prepare(prepared.get(), planner.prepared_bytes() - 1, nullptr); }, "workspace");
   planner.prepare(prepared.get(), planner.prepared_bytes(), nullptr);
-  GpuOutputs outputs(2, 100);
-  const DeviceMaskCopy mask(test_support::bernoulli_mask(2, 100, 80, 0.3, 1), Form::kDense);
+  GpuOutputs outputs(2, 257);
+  const DeviceMaskCopy mask(host_mask, Form::kDense);
   // The one-buffer plan() needs the whole workspace behind the prepared pointer.
   expect_invalid([&] { planner.plan(mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), nullptr); },
                  "workspace");
@@ -1361,8 +1372,7 @@ TEST(GpuPlanArguments, PreparedPartAndScratch) {
   EXPECT_TRUE(planner.plan(mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), scratch.get(),
                            scratch.count(), nullptr));
   WA_CUDA_REQUIRE(cudaDeviceSynchronize());
-  EXPECT_EQ(outputs.download().permutations,
-            make_plan(test_support::bernoulli_mask(2, 100, 80, 0.3, 1), config).permutations());
+  EXPECT_EQ(outputs.download().permutations, make_plan(host_mask, config).permutations());
 }
 
 TEST(GpuPlanArguments, CsrOutputsNameTheArgument) {

@@ -338,12 +338,13 @@ def test_module_runs_the_kernel(rng):
 
 
 def cuda_flex(flex):
-    """The duck-typed BlockMask of test_plan with its arrays on the GPU."""
+    """The duck-typed BlockMask of test_plan with its arrays on the GPU, in 16 x 8-token blocks (2 query and
+    4 KV blocks over L = 32 tokens, so that sparse_attention's shapes fit the plan)."""
     from types import SimpleNamespace
 
     arrays = {name: None if getattr(flex, name) is None else torch.from_numpy(getattr(flex, name)).cuda()
               for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")}
-    return SimpleNamespace(**arrays, BLOCK_SIZE=flex.BLOCK_SIZE, seq_lengths=flex.seq_lengths)
+    return SimpleNamespace(**arrays, BLOCK_SIZE=(16, 8), seq_lengths=(32, 32))
 
 
 def expect_refused_at_first_host_access(plan, message):
@@ -358,6 +359,7 @@ def expect_refused_at_first_host_access(plan, message):
             access()
         assert str(raised.value) == message
     q = torch.randn(1, plan.heads, plan.q_blocks * plan.block_size[0], 64, device="cuda", dtype=torch.bfloat16)
+    assert plan.kv_blocks * plan.block_size[1] == q.shape[2]  # the shapes fit: the mask's error is what raises
     with pytest.raises(ValueError) as raised:
         wavealign.sparse_attention(q, q, q, plan)
     assert str(raised.value) == message
@@ -368,10 +370,10 @@ def expect_refused_at_first_host_access(plan, message):
 def test_gpu_plan_refuses_the_csr_masks_the_cpu_plan_refuses(label, row_ptr, col_idx, message):
     pair = (torch.from_numpy(row_ptr).cuda(), torch.from_numpy(col_idx).cuda())
     with pytest.raises(ValueError) as raised:
-        wavealign.plan(pair, heads=2, kv_blocks=4, block_size=16, planner="cpu")
+        wavealign.plan(pair, heads=2, kv_blocks=4, block_size=(16, 8), planner="cpu")
     assert str(raised.value) == message
-    expect_refused_at_first_host_access(wavealign.plan(pair, heads=2, kv_blocks=4, block_size=16, skip="never"),
-                                        message)
+    expect_refused_at_first_host_access(
+        wavealign.plan(pair, heads=2, kv_blocks=4, block_size=(16, 8), skip="never"), message)
 
 
 @needs_gpu_plan
