@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Simulator evaluation of every row order (the Table II analogue of docs/reordering.md).
+
+Runs build/bench/wa_eval_orders on the synthetic video (density 0.28) and random (0.20) masks at 401 and 161
+frames (Wan2.1-14B, 4 heads), plus any mask files given with --mask NAME=FILE.npy, and writes
+  bench/results/cpu-orders.json  every run (order, variant: rank / clusters / seed) with its numbers,
+  bench/results/cpu-orders.md    the table per workload (seeded orders: mean over seeds, spread in the JSON),
+  docs/reordering.png            L2 hit ratio against plan cost, one panel per workload.
+Seeded orders run with --seeds seeds; minhash and shuffled (randomised by nature) with max(5, seeds).
+The H200 columns (kernel time, speedup, HBM SOL) stay "pending" until bench/gpu measures them.
+
+Usage: bench/cpu/eval_orders.py [--build build] [--seeds 2] [--mask xattention-364k=mask.npy ...]
+       bench/cpu/eval_orders.py --from-json bench/results/cpu-orders.json   (table and plot only)
+"""
+import argparse
+import datetime
+import json
+import pathlib
+import platform
+import statistics
+import subprocess
+from collections import defaultdict
+
+SYNTHETIC = {
+    "video-0.28-401f": ["--mask", "video", "--density", "0.28", "--frames", "401"],
+    "random-0.20-401f": ["--mask", "random", "--density", "0.2", "--frames", "401"],
+    "video-0.28-161f": ["--mask", "video", "--density", "0.28", "--frames", "161"],
+    "random-0.20-161f": ["--mask", "random", "--density", "0.2", "--frames", "161"],
+}
+RANDOMISED = ("minhash", "shuffled")
+PAPER = ("original", "s1", "s2", "wavealign", "shuffled")
+BASELINES = ("lsh", "lsh-gated", "minhash", "hypergraph", "spectral")
+
+
+def cpu_model():
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def run_eval(binary, workload_args, seeds):
+    """Every order on one workload; the randomised orders again with at least 5 seeds, replacing the first run's."""
+    common = ["--heads", "4", "--model", "wan2.1-14b", *workload_args]
+
+    def run(*extra):
+        command = [binary, *common, *extra]
+        return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+    every = run("--seeds", str(seeds))
+    randomised = run("--seeds", str(max(5, seeds)), "--orders", ",".join(RANDOMISED))
+    every["results"] = [row for row in every["results"] if row["order"] not in RANDOMISED] + randomised["results"]
+    return every
+
+
+def variant_name(variant):
+    parts = [f"{key}={value}" for key, value in variant.items() if key not in ("seed", "stage2")]
+    if variant.get("stage2"):
+        parts.append("+S2")
+    return ",".join(parts)
+
+
+def aggregate(results):
+    """(order, variant) -> mean/stdev over seeds of each number; keys in first-seen order."""
+    groups = defaultdict(list)
+    for row in results:
+        groups[(row["order"], variant_name(row["variant"]))].append(row)
+    summary = {}
+    for key, rows in groups.items():
+        entry = {"runs": len(rows), "stage2": rows[0]["stage2"]}
+        for field in ("l2_hit_ratio", "hbm_read_bytes", "mean_wave_kv_union", "predicted_kernel_ms", "plan_ms"):
+            values = [row[field] for row in rows]
+            entry[field] = statistics.fmean(values)
+            entry[field + "_stdev"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        summary[key] = entry
+    return summary
+
+
+def best_variants(summary):
+    """One row per order: the variant with the highest L2 hit (the oracle choice of r or k), and the default."""
+    best = {}
+    for (order, variant), entry in summary.items():
+        if order not in best or entry["l2_hit_ratio"] > best[order][1]["l2_hit_ratio"]:
+            best[order] = (variant, entry)
+    return best
+
+
+def markdown(record):
+    lines = [f"Simulator (CPU) on the {record['gpu']} model, commit {record['commit']}, {record['date']}; plan cost "
+             f"on {record['device']} (one thread per head, summed over the 4 heads). Seeded orders: mean over "
+             "seeds. Speedups are the skip model's predicted kernel time (docs/design.md), not measurements; "
+             "'with plan' adds the CPU plan cost once per call. H200 columns: pending measurement.", ""]
+    for name, case in record["workloads"].items():
+        workload = case["workload"]
+        lines += [f"### {name}: {workload['tokens']:,} tokens, {workload['q_blocks']} x {workload['kv_blocks']} "
+                  f"blocks, {workload['heads']} heads, density {workload['density']:.3f}", "",
+                  "| order | variant | Stage 2 | L2 hit (sim) | HBM read GB (sim) | mean wave K/V union | model ms | "
+                  "model speedup | plan ms (CPU) | model speedup with plan | H200 ms | H200 speedup w/ and w/o plan "
+                  "| HBM SOL |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        summary = aggregate(case["results"])
+        base = summary[("original", "")]
+        for (order, variant), entry in summary.items():
+            with_plan = base["predicted_kernel_ms"] / (entry["predicted_kernel_ms"] + entry["plan_ms"])
+            lines.append(
+                f"| {order} | {variant or '-'} | {'yes' if entry['stage2'] else 'no'} | "
+                f"{100 * entry['l2_hit_ratio']:.1f}% | {entry['hbm_read_bytes'] / 1e9:.2f} | "
+                f"{entry['mean_wave_kv_union']:.0f} | {entry['predicted_kernel_ms']:.2f} | "
+                f"{base['predicted_kernel_ms'] / entry['predicted_kernel_ms']:.3f} | {entry['plan_ms']:.1f} | "
+                f"{with_plan:.3f} | pending | pending | pending |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(record, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(record["workloads"])
+    columns = 2
+    rows = (len(names) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(12, 4.2 * rows), squeeze=False)
+    for panel, name in zip(axes.flat, names):
+        best = best_variants(aggregate(record["workloads"][name]["results"]))
+        for order, (variant, entry) in best.items():
+            kind = "paper" if order in PAPER else "baseline" if order in BASELINES else "new"
+            style = {"paper": ("tab:blue", "o"), "baseline": ("tab:red", "s"), "new": ("tab:green", "^")}[kind]
+            cost = max(entry["plan_ms"], 0.01)
+            panel.scatter(cost, 100 * entry["l2_hit_ratio"], color=style[0], marker=style[1], s=36)
+            panel.annotate(order + (f" ({variant})" if variant else ""), (cost, 100 * entry["l2_hit_ratio"]),
+                           fontsize=7, xytext=(3, 2), textcoords="offset points")
+        panel.set_xscale("log")
+        panel.set_xlabel("plan cost, CPU ms (4 heads, one thread each)")
+        panel.set_ylabel("simulated L2 hit ratio, %")
+        panel.set_title(name)
+        panel.grid(True, alpha=0.3)
+    for panel in axes.flat[len(names):]:
+        panel.axis("off")
+    figure.suptitle("Row orders: simulated L2 hit vs plan cost (blue: paper, green: new, red: Table II "
+                    "baselines; best r / k per order)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--mask", action="append", default=[], metavar="NAME=FILE.npy")
+    parser.add_argument("--only", action="append", default=[], help="run only these workload names")
+    parser.add_argument("--from-json", help="rewrite the table and the plot from a recorded JSON")
+    parser.add_argument("--out", default="bench/results/cpu-orders.json")
+    parser.add_argument("--table", default="bench/results/cpu-orders.md")
+    parser.add_argument("--plot", default="docs/reordering.png")
+    args = parser.parse_args()
+
+    if args.from_json:
+        record = json.loads(pathlib.Path(args.from_json).read_text())
+    else:
+        binary = str(pathlib.Path(args.build) / "bench" / "wa_eval_orders")
+        workloads = dict(SYNTHETIC)
+        for item in args.mask:
+            name, _, path = item.partition("=")
+            if not path:
+                parser.error(f"--mask expects NAME=FILE.npy, got {item!r}")
+            workloads[name] = ["--mask", path]
+        if args.only:
+            workloads = {name: value for name, value in workloads.items() if name in args.only}
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        record = {"device": cpu_model(), "gpu": "h200", "commit": commit, "date": datetime.date.today().isoformat(),
+                  "command": "bench/cpu/eval_orders.py --seeds " + str(args.seeds), "workloads": {}}
+        for name, workload_args in workloads.items():
+            print(f"eval_orders: {name}", flush=True)
+            record["workloads"][name] = run_eval(binary, workload_args, args.seeds)
+        pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    table = markdown(record)
+    pathlib.Path(args.table).write_text(table + "\n")
+    plot(record, args.plot)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
