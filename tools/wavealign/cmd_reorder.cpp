@@ -78,7 +78,9 @@ Runner add_reorder(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--out", options->out, "output .npy: int32 [H,MB], position p runs row perm[p]")->required();
-  command->add_option("--order", options->order, "original, s1, s2, wavealign or shuffled")->capture_default_str();
+  command->add_option("--order", options->order,
+                      "original, s1, s2, wavealign, shuffled or a further order (docs/reordering.md)")
+      ->capture_default_str();
   command->add_option("--gpu", options->gpu, "GPU preset for the default wave size: h100, h200, a40")
       ->capture_default_str();
   command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")->capture_default_str();
