@@ -10,6 +10,7 @@
 
 #include "core/mask_products.h"
 #include "support/masks.h"
+#include "support/test_util.h"
 #include "wavealign/error.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
@@ -19,6 +20,7 @@ namespace {
 
 using test_support::bernoulli_mask;
 using test_support::circular_mask;
+using test_support::config_for;
 
 // Every order of the enum (the further orders of docs/reordering.md too; hypergraph only where METIS is built).
 const std::vector<Order> kAllOrders = [] {
@@ -27,14 +29,6 @@ const std::vector<Order> kAllOrders = [] {
     if (entry.first != Order::kHypergraph || has_metis()) orders.push_back(entry.first);
   return orders;
 }();
-
-PlanConfig config_for(Order order, int wave_size) {
-  PlanConfig config;
-  config.order = order;
-  config.wave_size = wave_size;
-  config.skip = SkipPolicy::kNever;
-  return config;
-}
 
 class PlanOrders : public ::testing::TestWithParam<Order> {};
 
