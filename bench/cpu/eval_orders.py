@@ -30,8 +30,6 @@ SYNTHETIC = {
     "random-0.20-161f": ["--mask", "random", "--density", "0.2", "--frames", "161"],
 }
 RANDOMISED = ("minhash", "shuffled")
-PAPER = ("original", "s1", "s2", "wavealign", "shuffled")
-BASELINES = ("lsh", "lsh-gated", "minhash", "hypergraph", "spectral")
 # The variant a plain `--order NAME` plans (PlanConfig defaults: embedding_rank 4, clusters 0): the rows the
 # H200 columns belong to.
 DEFAULT_VARIANT = {"hilbert": "rank=4", "morton": "rank=4", "chain": "rank=4", "spectral": "clusters=0"}
@@ -83,15 +81,6 @@ def aggregate(results):
     return summary
 
 
-def best_variants(summary):
-    """One row per order: the variant with the highest L2 hit (the oracle choice of r or k), and the default."""
-    best = {}
-    for (order, variant), entry in summary.items():
-        if order not in best or entry["l2_hit_ratio"] > best[order][1]["l2_hit_ratio"]:
-            best[order] = (variant, entry)
-    return best
-
-
 def h200_columns(log_dir):
     """{(workload name, order): {ms, plan_ms, l2_hit, dram_read_bytes, gpu_ms}} from run_h200_orders.sh's logs."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "gpu"))
@@ -119,6 +108,28 @@ def h200_columns(log_dir):
     return columns
 
 
+def summary_table(record):
+    """One row per order at its default parameters (baselines also +S2): the simulated L2 hit of every
+    workload, and HBM bytes, plan cost and model speedup on the first (the largest video) workload."""
+    names = list(record["workloads"])
+    summaries = {name: aggregate(record["workloads"][name]["results"]) for name in names}
+    first = names[0]
+    header = ("| order | Stage 2 | " + " | ".join(f"L2 hit {name}" for name in names) +
+              f" | HBM read GB {first} | plan ms {first} | model speedup {first} |")
+    lines = [header, "|" + "---|" * (len(names) + 5)]
+    base = summaries[first][("original", "")]
+    for (order, variant), entry in summaries[first].items():
+        default = DEFAULT_VARIANT.get(order, "")
+        if variant not in (default, (default + ",+S2").lstrip(",")):
+            continue
+        label = order + (" +S2" if "+S2" in variant else "") + (f" ({default})" if default else "")
+        hits = " | ".join(f"{100 * summaries[name][(order, variant)]['l2_hit_ratio']:.1f}%" for name in names)
+        lines.append(f"| {label} | {'yes' if entry['stage2'] else 'no'} | {hits} | "
+                     f"{entry['hbm_read_bytes'] / 1e9:.1f} | {entry['plan_ms']:.0f} | "
+                     f"{base['predicted_kernel_ms'] / entry['predicted_kernel_ms']:.3f} |")
+    return "\n".join(lines)
+
+
 def markdown(record, h200=None):
     h200 = h200 or {}
     measured = "H200 columns: bench/gpu/run_h200_orders.sh" if h200 else "H200 columns: pending measurement"
@@ -127,7 +138,8 @@ def markdown(record, h200=None):
              "seeds. 'model' speedups are the skip model's predicted kernel time (docs/design.md), not "
              f"measurements; 'with plan' adds the CPU plan cost once per call. {measured} (kernel time, speedup "
              "over the original order without and with the plan's CPU cost on the H200 host, ncu L2 read hit, "
-             "DRAM read bytes / (kernel time x 4.8 TB/s)).", ""]
+             "DRAM read bytes / (kernel time x 4.8 TB/s)).", "", "### Summary: default parameters", "",
+             summary_table(record), ""]
     for name, case in record["workloads"].items():
         workload = case["workload"]
         lines += [f"### {name}: {workload['tokens']:,} tokens, {workload['q_blocks']} x {workload['kv_blocks']} "
@@ -162,32 +174,40 @@ def markdown(record, h200=None):
 
 
 def plot(record, path):
+    """Two panels over every order (seeded ones: mean; r and k: the best variant; baselines pure and +S2):
+    the simulated L2 hit ratio per workload, and the CPU plan cost per workload (log scale)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(record["workloads"])
-    columns = 2
-    rows = (len(names) + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(12, 4.2 * rows), squeeze=False)
-    for panel, name in zip(axes.flat, names):
-        best = best_variants(aggregate(record["workloads"][name]["results"]))
-        for order, (variant, entry) in best.items():
-            kind = "paper" if order in PAPER else "baseline" if order in BASELINES else "new"
-            style = {"paper": ("tab:blue", "o"), "baseline": ("tab:red", "s"), "new": ("tab:green", "^")}[kind]
-            cost = max(entry["plan_ms"], 0.01)
-            panel.scatter(cost, 100 * entry["l2_hit_ratio"], color=style[0], marker=style[1], s=36)
-            panel.annotate(order + (f" ({variant})" if variant else ""), (cost, 100 * entry["l2_hit_ratio"]),
-                           fontsize=7, xytext=(3, 2), textcoords="offset points")
-        panel.set_xscale("log")
-        panel.set_xlabel("plan cost, CPU ms (4 heads, one thread each)")
-        panel.set_ylabel("simulated L2 hit ratio, %")
-        panel.set_title(name)
-        panel.grid(True, alpha=0.3)
-    for panel in axes.flat[len(names):]:
-        panel.axis("off")
-    figure.suptitle("Row orders: simulated L2 hit vs plan cost (blue: paper, green: new, red: Table II "
-                    "baselines; best r / k per order)", fontsize=10)
+    per_workload = {}
+    for name in names:
+        best = {}
+        for (order, variant), entry in aggregate(record["workloads"][name]["results"]).items():
+            label = order + (" +S2" if "+S2" in variant else "")
+            if label not in best or entry["l2_hit_ratio"] > best[label]["l2_hit_ratio"]:
+                best[label] = entry
+        per_workload[name] = best
+    labels = list(per_workload[names[0]])
+    figure, (hits, costs) = plt.subplots(1, 2, figsize=(13, 0.32 * len(labels) + 1.6), sharey=True)
+    height = 0.8 / len(names)
+    for w, name in enumerate(names):
+        positions = [i + (w - (len(names) - 1) / 2) * height for i in range(len(labels))]
+        hits.barh(positions, [100 * per_workload[name][label]["l2_hit_ratio"] for label in labels], height,
+                  label=name)
+        costs.barh(positions, [max(per_workload[name][label]["plan_ms"], 0.01) for label in labels], height,
+                   label=name)
+    hits.set_yticks(range(len(labels)), labels, fontsize=8)
+    hits.invert_yaxis()
+    hits.set_xlabel("simulated L2 hit ratio, % (H200 model)")
+    hits.grid(True, axis="x", alpha=0.3)
+    hits.legend(fontsize=7, loc="lower right")
+    costs.set_xscale("log")
+    costs.set_xlabel("plan cost, CPU ms (4 heads, one thread each)")
+    costs.grid(True, axis="x", alpha=0.3)
+    figure.suptitle("Row orders on the synthetic masks (best r / k per order; +S2: a Table II baseline followed "
+                    "by Stage 2)", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
