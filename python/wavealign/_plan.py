@@ -408,7 +408,8 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
             - a FlexAttention BlockMask (kv_num_blocks / kv_indices, plus full_kv_* when present; B folds
               into heads; its BLOCK_SIZE overrides `block_size`).
         wave_size: rows per wave W; None = the slots of `gpu` (SMs x CTAs per SM).
-        order: "wavealign" (Stage 1 + 2), "s1", "s2", "original" or "shuffled".
+        order: "wavealign" (Stage 1 + 2), "s1", "s2", "original", "shuffled", or a further order of
+            docs/reordering.md ("com", "wave-union", ...; CPU plan only: planner="cpu" for a CUDA mask).
         iterations: subspace iterations of Stage 1.
         seed: start block of the subspace iteration and seed of "shuffled".
         skip: "auto" (keep the original order where reordering cannot pay), "never" or "always".

@@ -1259,6 +1259,9 @@ TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
   bad = config;
   bad.tokens = -1;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "tokens");
+  bad = config;
+  bad.order = Order::kCom;  // a CPU-only order: refused, not planned as something else
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "order");
 }
 
 TEST(GpuPlanArguments, ConstructorChecksTheProfileLikeMakePlan) {

@@ -133,6 +133,8 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
   WA_CHECK_ARG(int64_t(heads) * q_blocks <= INT_MAX, "q_blocks", "heads x q_blocks = ", int64_t(heads) * q_blocks,
                " exceeds the int32 row index of the plan");
   check_plan_config(config);  // make_plan's checks; config.threads is not used here
+  WA_CHECK_ARG(order_has_gpu_plan(config.order), "order", "'", to_string(config.order),
+               "' has no GPU plan: plan it on the CPU (make_plan, or plan(..., planner='cpu') in Python)");
   const SkipModel& model = config.skip_model;
   wave_size_ = config.wave_size > 0 ? config.wave_size : gpu_model(config.gpu).slots();
   tokens_ = config.tokens > 0 ? config.tokens : int64_t(q_blocks) * model.kv_block;
