@@ -231,4 +231,12 @@ class MaskGenerator {
   void* blas_ = nullptr;  // cublasHandle_t, created by the first run()
 };
 
+/// True when a CUDA device is usable (false without one, or without a driver).
+bool has_device();
+
+/// For tools and scripts: Q and K rounded to `element_type`, uploaded, one generator run on the current
+/// device, the mask read back. Synchronous and allocating (not the hot path). Throws Error without a device,
+/// and MaskGenerator's InvalidArgument for bad options.
+BlockMask generate_mask(const MethodConfig& config, const HostQk& qk, ElementType element_type);
+
 }  // namespace wavealign::cuda

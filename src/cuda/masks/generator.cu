@@ -1,9 +1,13 @@
 // MaskGenerator: host checks, the workspace layout (measured by the same carving sequence that run() uses),
 // the cuBLAS handle, and the run: clear the mask, the method (or all ones for force_dense), then the CSR.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "core/methods/reference.h"
 #include "cuda/attention/cuda_check.h"
@@ -148,6 +152,72 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
     masks::launch_csr(outputs.dense, mask_heads(), blocks, regions.csr, outputs.row_ptr, outputs.col_idx,
                       outputs.col_capacity, cuda_stream);
   }
+}
+
+bool has_device() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" / "no device" error
+    return false;
+  }
+  return devices > 0;
+}
+
+namespace {
+
+// Owning device allocation of the convenience path.
+class DeviceBytes {
+ public:
+  explicit DeviceBytes(size_t bytes) { WA_CUDA_CHECK(cudaMalloc(&pointer_, bytes > 0 ? bytes : 1)); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  ~DeviceBytes() { cudaFree(pointer_); }
+  void* get() const { return pointer_; }
+
+ private:
+  void* pointer_ = nullptr;
+};
+
+std::vector<uint16_t> to_16bit(std::span<const float> values, ElementType type) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (type == ElementType::kBf16) {
+      const __nv_bfloat16 value = __float2bfloat16_rn(values[i]);
+      std::memcpy(&bits[i], &value, 2);
+    } else {
+      const __half value = __float2half_rn(values[i]);
+      std::memcpy(&bits[i], &value, 2);
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+BlockMask generate_mask(const MethodConfig& config, const HostQk& qk, ElementType element_type) {
+  WA_CHECK(has_device(), "no CUDA device is usable");
+  MaskGenerator generator(config, 1, qk.heads, qk.tokens, qk.head_dim);
+  const size_t values = size_t(qk.heads) * size_t(qk.tokens) * size_t(qk.head_dim);
+  WA_CHECK_ARG(qk.q.size() == values, "q", "has ", qk.q.size(), " values, expected heads*tokens*head_dim = ", values);
+  WA_CHECK_ARG(qk.k.size() == values, "k", "has ", qk.k.size(), " values, expected heads*tokens*head_dim = ", values);
+  const int blocks = generator.q_blocks();
+  const size_t entries = size_t(qk.heads) * blocks * blocks;
+  DeviceBytes q(values * 2), k(values * 2), dense(entries), workspace(generator.workspace_bytes());
+  WA_CUDA_CHECK(cudaMemcpy(q.get(), to_16bit(qk.q, element_type).data(), values * 2, cudaMemcpyHostToDevice));
+  WA_CUDA_CHECK(cudaMemcpy(k.get(), to_16bit(qk.k, element_type).data(), values * 2, cudaMemcpyHostToDevice));
+  DeviceQk device;
+  device.q = q.get();
+  device.k = k.get();
+  device.element_type = element_type;
+  device.heads = qk.heads;
+  device.tokens = qk.tokens;
+  device.head_dim = qk.head_dim;
+  MaskOutputs outputs;
+  outputs.dense = static_cast<uint8_t*>(dense.get());
+  generator.run(device, outputs, workspace.get(), generator.workspace_bytes(), nullptr);
+  std::vector<uint8_t> host(entries);
+  WA_CUDA_CHECK(cudaMemcpy(host.data(), dense.get(), entries, cudaMemcpyDeviceToHost));
+  return BlockMask::from_dense(host, qk.heads, blocks, blocks);
 }
 
 }  // namespace wavealign::cuda
