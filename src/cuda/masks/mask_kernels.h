@@ -63,6 +63,15 @@ struct RunContext {
   bool measuring = false;
 };
 
+/// Heads that MInference and FlexPrefill score one by one and then select together (one thread block per head
+/// in each selection launch): as many as fit kHeadGroupBytes of their per-head buffers (all 40 heads of a
+/// Wan2.1-14B layer: FlexPrefill's query-aware maps are 32 MB per head at 2,841 blocks).
+constexpr size_t kHeadGroupBytes = size_t(2) << 30;
+inline int head_group(int mask_heads, size_t per_head_bytes) {
+  const size_t fitting = per_head_bytes > 0 ? kHeadGroupBytes / per_head_bytes : size_t(mask_heads);
+  return int(fitting < 1 ? 1 : (fitting > size_t(mask_heads) ? size_t(mask_heads) : fitting));
+}
+
 // ---- the methods (xattention.cu, sparge.cu, minference.cu, flexprefill.cu) ----
 void run_xattention(RunContext& context);
 void run_sparge(RunContext& context);

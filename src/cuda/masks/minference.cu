@@ -17,19 +17,25 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void force_kernel(float* __restrict__ columns, float* __restrict__ diagonals, int64_t tokens,
+__global__ void force_kernel(float* __restrict__ columns, float* __restrict__ diagonals, int heads, int64_t tokens,
                              bool two_sided, int64_t sink_tokens, int64_t near_diagonals) {
   const int64_t diagonal_count = methods::diagonal_count(tokens, two_sided);
+  const int64_t span = tokens > diagonal_count ? tokens : diagonal_count;
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item < tokens && item < sink_tokens) columns[item] = INFINITY;
-  if (item < diagonal_count) {
-    const int64_t delta = methods::diagonal_offset(item, tokens, two_sided);
-    if ((delta < 0 ? -delta : delta) < near_diagonals) diagonals[item] = INFINITY;
+  if (item >= int64_t(heads) * span) return;
+  const int64_t head = item / span, index = item % span;
+  if (index < tokens && index < sink_tokens) columns[head * tokens + index] = INFINITY;
+  if (index < diagonal_count) {
+    const int64_t delta = methods::diagonal_offset(index, tokens, two_sided);
+    if ((delta < 0 ? -delta : delta) < near_diagonals) diagonals[head * diagonal_count + index] = INFINITY;
   }
 }
 
 }  // namespace
 
+// Heads are scored one by one (the logits buffer is per head), then selected and blocked a group at a time,
+// so that each selection launch runs one block per head in parallel: a single 727,199-offset segment takes
+// one SM a few milliseconds.
 void run_minference(RunContext& context) {
   const MInferenceOptions& options = context.config.minference;
   const QkLayout& qk = context.qk;
@@ -39,44 +45,53 @@ void run_minference(RunContext& context) {
   const int64_t vertical_keep = std::min<int64_t>(tokens, std::max(options.vertical_size, 30));
   const int64_t slash_keep = std::min<int64_t>(diagonals, std::max(options.slash_size, 50));
   const int blocks = context.blocks;
+  const size_t per_head = size_t(tokens) * (sizeof(float) + 1) + size_t(diagonals) * (sizeof(float) + 1 + 4) + blocks;
+  const int group = head_group(context.mask_heads, per_head);
   WorkspaceCarver& workspace = *context.workspace;
   const SampledScratch scratch = carve_sampled_scratch(workspace, sampled, tokens, qk.head_dim);
-  float* column_scores = workspace.take<float>(size_t(tokens));
-  float* diagonal_scores = workspace.take<float>(size_t(diagonals));
-  uint8_t* column_flags = workspace.take<uint8_t>(size_t(tokens));
-  uint8_t* diagonal_flags = workspace.take<uint8_t>(size_t(diagonals));
-  uint8_t* column_blocks = workspace.take<uint8_t>(size_t(blocks));
-  int32_t* diagonal_prefix = workspace.take<int32_t>(size_t(diagonals));
+  float* column_scores = workspace.take<float>(size_t(group) * tokens);
+  float* diagonal_scores = workspace.take<float>(size_t(group) * diagonals);
+  uint8_t* column_flags = workspace.take<uint8_t>(size_t(group) * tokens);
+  uint8_t* diagonal_flags = workspace.take<uint8_t>(size_t(group) * diagonals);
+  uint8_t* column_blocks = workspace.take<uint8_t>(size_t(group) * blocks);
+  int32_t* diagonal_prefix = workspace.take<int32_t>(size_t(group) * diagonals);
   if (context.measuring) return;
 
   launch_sampled_positions(scratch.positions, sampled, tokens, options.query_sample, 0, 0, context.stream);
-  for (int m = 0; m < context.mask_heads; ++m) {
-    score_sampled_queries(context, m, scratch, options.two_sided, 1.0f, column_scores, diagonal_scores);
-    const int64_t forced = std::max(tokens, diagonals);
+  for (int first = 0; first < context.mask_heads; first += group) {
+    const int heads = std::min(group, context.mask_heads - first);
+    for (int h = 0; h < heads; ++h)
+      score_sampled_queries(context, first + h, scratch, options.two_sided, 1.0f, column_scores + int64_t(h) * tokens,
+                            diagonal_scores + int64_t(h) * diagonals);
+    const int64_t forced = int64_t(heads) * std::max(tokens, diagonals);
     force_kernel<<<unsigned((forced + kThreads - 1) / kThreads), kThreads, 0, context.stream>>>(
-        column_scores, diagonal_scores, tokens, options.two_sided, options.sink_tokens, options.near_diagonals);
+        column_scores, diagonal_scores, heads, tokens, options.two_sided, options.sink_tokens, options.near_diagonals);
     WA_CUDA_CHECK(cudaGetLastError());
-    WA_CUDA_CHECK(cudaMemsetAsync(column_flags, 0, size_t(tokens), context.stream));
-    WA_CUDA_CHECK(cudaMemsetAsync(diagonal_flags, 0, size_t(diagonals), context.stream));
+    WA_CUDA_CHECK(cudaMemsetAsync(column_flags, 0, size_t(heads) * tokens, context.stream));
+    WA_CUDA_CHECK(cudaMemsetAsync(diagonal_flags, 0, size_t(heads) * diagonals, context.stream));
     SelectParams select;
-    select.segments = 1;
+    select.segments = heads;
     select.rule = SelectRule::kTopCount;
     select.values = column_scores;
+    select.value_stride = tokens;
     select.length = tokens;
     select.count = vertical_keep;
     select.flags = column_flags;
+    select.flag_stride = tokens;
     select.flag_limit = tokens;
     launch_select(select, context.stream);
     select.values = diagonal_scores;
+    select.value_stride = diagonals;
     select.length = diagonals;
     select.count = slash_keep;
     select.flags = diagonal_flags;
+    select.flag_stride = diagonals;
     select.flag_limit = diagonals;
     launch_select(select, context.stream);
-    launch_column_blocks(column_flags, tokens, 1, blocks, context.config.block, column_blocks, context.stream);
-    launch_prefix(diagonal_flags, diagonals, 1, diagonal_prefix, context.stream);
-    launch_blockify(column_blocks, diagonal_prefix, tokens, options.two_sided, 1, blocks, context.config.block,
-                    context.dense + int64_t(m) * blocks * blocks, context.stream);
+    launch_column_blocks(column_flags, tokens, heads, blocks, context.config.block, column_blocks, context.stream);
+    launch_prefix(diagonal_flags, diagonals, heads, diagonal_prefix, context.stream);
+    launch_blockify(column_blocks, diagonal_prefix, tokens, options.two_sided, heads, blocks, context.config.block,
+                    context.dense + int64_t(first) * blocks * blocks, context.stream);
   }
 }
 

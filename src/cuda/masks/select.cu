@@ -62,6 +62,7 @@ __global__ void select_kernel(SelectParams params) {
   // Tallies over the whole segment; every thread gets the block's result.
   auto at_least = [&](uint32_t key, bool with_mass) {
     unsigned long long mass = 0, count = 0;
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < length; i += blockDim.x) {
       const float value = values[i];
       if (order_key(value) >= key) {
