@@ -4,6 +4,7 @@
 
 #include "core/methods/reference.h"
 #include "core/methods/rules.h"
+#include "core/methods/select.h"
 #include "wavealign/error.h"
 #include "wavealign/methods.h"
 
@@ -118,6 +119,29 @@ std::vector<double> block_means(const float* x, int64_t tokens, int dim, int blo
     for (int c = 0; c < dim; ++c) mean[c] /= double(t1 - t0);
   }
   return means;
+}
+
+void score_sampled_queries(const float* q, const float* k, int64_t tokens, int head_dim, double scale,
+                           std::span<const int64_t> queries, bool two_sided, double weight,
+                           std::vector<double>& columns, std::vector<double>& diagonals) {
+  columns.assign(static_cast<size_t>(tokens), 0.0);
+  diagonals.assign(static_cast<size_t>(diagonal_count(tokens, two_sided)), 0.0);
+  std::vector<double> row(static_cast<size_t>(tokens));
+  for (int64_t query : queries) {
+    const float* a = q + size_t(query) * head_dim;
+    for (int64_t key = 0; key < tokens; ++key) {
+      const float* b = k + size_t(key) * head_dim;
+      double dot = 0;
+      for (int c = 0; c < head_dim; ++c) dot += double(a[c]) * double(b[c]);
+      row[key] = dot * scale;
+    }
+    softmax_in_place(row);
+    for (int64_t key = 0; key < tokens; ++key) {
+      columns[key] += weight * row[key];
+      const int64_t delta = query - key;
+      if (two_sided || delta >= 0) diagonals[diagonal_index(delta, tokens, two_sided)] += weight * row[key];
+    }
+  }
 }
 
 }  // namespace methods

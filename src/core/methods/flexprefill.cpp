@@ -55,27 +55,11 @@ BlockMask flexprefill_reference(const MethodConfig& config, const HostQk& qk, st
       for (int64_t t = int64_t(I) * block; t < std::min(tokens, int64_t(I + 1) * block); ++t) queries.push_back(t);
     }
     const double rows = double(queries.size());
-    trace.vertical.assign(size_t(tokens), 0.0);
-    trace.slash.assign(size_t(diagonals), 0.0);
-    std::vector<double> row(static_cast<size_t>(tokens)), query_mean(size_t(d), 0.0);
-    for (int64_t query : queries) {
-      const float* a = q + size_t(query) * d;
-      for (int c = 0; c < d; ++c) query_mean[c] += a[c];
-      for (int64_t key = 0; key < tokens; ++key) {
-        const float* b = k + size_t(key) * d;
-        double dot = 0;
-        for (int c = 0; c < d; ++c) dot += double(a[c]) * double(b[c]);
-        row[key] = dot * scale;
-      }
-      softmax_in_place(row);
-      // Step 2: the vertical and slash distributions (means over the sampled queries).
-      for (int64_t key = 0; key < tokens; ++key) {
-        trace.vertical[key] += row[key] / rows;
-        const int64_t delta = query - key;
-        if (options.two_sided || delta >= 0)
-          trace.slash[diagonal_index(delta, tokens, options.two_sided)] += row[key] / rows;
-      }
-    }
+    // Step 2: the vertical and slash distributions (means over the sampled queries).
+    score_sampled_queries(q, k, tokens, d, scale, queries, options.two_sided, 1.0 / rows, trace.vertical, trace.slash);
+    std::vector<double> query_mean(static_cast<size_t>(d), 0.0);
+    for (int64_t query : queries)
+      for (int c = 0; c < d; ++c) query_mean[c] += q[size_t(query) * d + c];
     for (int c = 0; c < d; ++c) query_mean[c] /= rows;
     // Step 3: the coverage budgets (the token that crosses gamma included), as blocks.
     trace.vertical_tokens = count_within(trace.vertical, descending_order(trace.vertical), options.gamma) + 1;

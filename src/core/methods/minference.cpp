@@ -29,25 +29,11 @@ BlockMask minference_reference(const MethodConfig& config, const HostQk& qk, std
   workload::parallel_for(qk.heads, workload::worker_count(qk.heads), [&](int, int64_t head) {
     const float* q = qk.q.data() + size_t(head) * size_t(tokens) * d;
     const float* k = qk.k.data() + size_t(head) * size_t(tokens) * d;
-    // Steps 1-2: the sampled queries' softmax over every key.
-    std::vector<double> columns(size_t(tokens), 0.0), slashes(size_t(diagonals), 0.0), row(static_cast<size_t>(tokens));
-    for (int r = 0; r < sampled; ++r) {
-      const int64_t query = sampled_query(r, sampled, tokens, options.query_sample);
-      const float* a = q + size_t(query) * d;
-      for (int64_t key = 0; key < tokens; ++key) {
-        const float* b = k + size_t(key) * d;
-        double dot = 0;
-        for (int c = 0; c < d; ++c) dot += double(a[c]) * double(b[c]);
-        row[key] = dot * scale;
-      }
-      softmax_in_place(row);
-      // Steps 3-4: column sums and sums along each diagonal delta = query - key.
-      for (int64_t key = 0; key < tokens; ++key) {
-        columns[key] += row[key];
-        const int64_t delta = query - key;
-        if (options.two_sided || delta >= 0) slashes[diagonal_index(delta, tokens, options.two_sided)] += row[key];
-      }
-    }
+    // Steps 1-4: the sampled queries' softmax over every key, summed per column and along each diagonal.
+    std::vector<int64_t> queries(static_cast<size_t>(sampled));
+    for (int r = 0; r < sampled; ++r) queries[r] = sampled_query(r, sampled, tokens, options.query_sample);
+    std::vector<double> columns, slashes;
+    score_sampled_queries(q, k, tokens, d, scale, queries, options.two_sided, 1.0, columns, slashes);
     for (int64_t key = 0; key < std::min<int64_t>(options.sink_tokens, tokens); ++key) columns[key] = forced;
     for (int64_t t = 0; t < diagonals; ++t) {
       const int64_t delta = diagonal_offset(t, tokens, options.two_sided);

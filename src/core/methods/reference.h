@@ -62,6 +62,13 @@ double softmax_scale(const MethodConfig& config, int head_dim);
 /// Block means of one head's rows: x is [tokens, dim]; the partial last block averages its valid rows.
 std::vector<double> block_means(const float* x, int64_t tokens, int dim, int block);
 
+/// MInference's and FlexPrefill's sampled queries score every key of one head (softmax per query, fp64):
+/// columns[k] = weight x the sum over the queries of P[r, k] ([tokens]) and diagonals[t] = weight x the sum of
+/// P[r, q_r - delta_t] ([diagonal_count], delta >= 0 only when one-sided). q, k: the head's [tokens, head_dim].
+void score_sampled_queries(const float* q, const float* k, int64_t tokens, int head_dim, double scale,
+                           std::span<const int64_t> queries, bool two_sided, double weight,
+                           std::vector<double>& columns, std::vector<double>& diagonals);
+
 /// MInference's and FlexPrefill's conversion of kept columns and diagonals into one head's blocks: (I, J) is
 /// kept iff a column lies in key block J, or a diagonal delta = q - k crosses block (I, J) at some valid
 /// (q, k). Shared with vertical_slash_mask().

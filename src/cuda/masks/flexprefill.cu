@@ -8,15 +8,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 #include "core/methods/rules.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/reduce.cuh"
 
 namespace wavealign::cuda::masks {
 namespace {
 
-constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 constexpr int kThreads = 256;
 
 unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
@@ -83,32 +84,6 @@ struct DecisionParams {
   bool zero_is_nan = false;
 };
 
-__device__ inline double block_sum_double(double value, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullWarp, value, offset);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  value = lane < warps ? scratch[lane] : 0.0;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullWarp, value, offset);
-  return value;
-}
-
-__device__ inline double block_max_double(double value, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value = fmax(value, __shfl_xor_sync(kFullWarp, value, offset));
-  __syncthreads();
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  value = lane < warps ? scratch[lane] : -INFINITY;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value = fmax(value, __shfl_xor_sync(kFullWarp, value, offset));
-  return value;
-}
-
 // p log(p / m) with 0 log 0 = 0, or NaN for p = 0 under the parity flag.
 __device__ inline double kl_term(double p, double mixture, bool zero_is_nan) {
   if (p > 0) return p * log(p / mixture);
@@ -131,10 +106,10 @@ __global__ void decide_kernel(DecisionParams params) {
     estimate[J] = dot * params.scale;
     local_max = fmax(local_max, double(estimate[J]));
   }
-  const double top = block_max_double(local_max, scratch);
+  const double top = block_reduce(local_max, double(-INFINITY), MaxOp{}, scratch);
   double local_sum = 0;
   for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) local_sum += exp(double(estimate[J]) - top);
-  const double total = block_sum_double(local_sum, scratch);
+  const double total = block_reduce(local_sum, 0.0, SumOp{}, scratch);
   double divergence = 0;
   for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) {
     const double p = exp(double(estimate[J]) - top) / total;
@@ -142,7 +117,7 @@ __global__ void decide_kernel(DecisionParams params) {
     const double mixture = 0.5 * (p + vertical);
     divergence += 0.5 * kl_term(p, mixture, params.zero_is_nan) + 0.5 * kl_term(vertical, mixture, params.zero_is_nan);
   }
-  divergence = block_sum_double(divergence, scratch);
+  divergence = block_reduce(divergence, 0.0, SumOp{}, scratch);
   if (threadIdx.x != 0) return;
   const double distance = sqrt(fmax(divergence, 0.0));
   const bool query_aware = !isnan(divergence) && distance < params.tau;
@@ -242,21 +217,15 @@ void run_flexprefill(RunContext& context) {
       launch_pool_blocks(pool, context.stream);
     }
     // Coverage counts: the longest prefix within gamma, plus the token that crosses it.
-    SelectParams coverage;
-    coverage.segments = heads;
-    coverage.rule = SelectRule::kWithinMass;
-    coverage.fraction = options.gamma;
-    coverage.add = 1;
-    coverage.values = vertical;
-    coverage.value_stride = tokens;
-    coverage.length = tokens;
-    coverage.counts_out = vertical_tokens;
-    launch_select(coverage, context.stream);
-    coverage.values = slash;
-    coverage.value_stride = diagonals;
-    coverage.length = diagonals;
-    coverage.counts_out = slash_tokens;
-    launch_select(coverage, context.stream);
+    for (auto [values, length, counts] : {std::tuple{vertical, tokens, vertical_tokens},
+                                          std::tuple{slash, diagonals, slash_tokens}}) {
+      SelectParams coverage = row_selection(values, heads, length, nullptr);
+      coverage.rule = SelectRule::kWithinMass;
+      coverage.fraction = options.gamma;
+      coverage.add = 1;
+      coverage.counts_out = counts;
+      launch_select(coverage, context.stream);
+    }
     pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets), kThreads, 0, context.stream>>>(
         vertical, slash, heads, tokens, blocks, block, options.two_sided, vertical_blocks, slash_blocks);
     WA_CUDA_CHECK(cudaGetLastError());
@@ -290,25 +259,12 @@ void run_flexprefill(RunContext& context) {
     // The top vertical blocks and block diagonals of each head's budgets, as blocks of the mask.
     WA_CUDA_CHECK(cudaMemsetAsync(vertical_flags, 0, size_t(heads) * blocks, context.stream));
     WA_CUDA_CHECK(cudaMemsetAsync(slash_flags, 0, size_t(heads) * offsets, context.stream));
-    SelectParams top;
-    top.segments = heads;
-    top.rule = SelectRule::kTopCount;
-    top.values = vertical_blocks;
-    top.value_stride = blocks;
-    top.length = blocks;
-    top.counts = vertical_budget;
-    top.flags = vertical_flags;
-    top.flag_stride = blocks;
-    top.flag_limit = blocks;
-    launch_select(top, context.stream);
-    top.values = slash_blocks;
-    top.value_stride = offsets;
-    top.length = offsets;
-    top.counts = slash_budget;
-    top.flags = slash_flags;
-    top.flag_stride = offsets;
-    top.flag_limit = offsets;
-    launch_select(top, context.stream);
+    SelectParams top_vertical = row_selection(vertical_blocks, heads, blocks, vertical_flags);
+    top_vertical.counts = vertical_budget;
+    launch_select(top_vertical, context.stream);
+    SelectParams top_slash = row_selection(slash_blocks, heads, offsets, slash_flags);
+    top_slash.counts = slash_budget;
+    launch_select(top_slash, context.stream);
     blocks_kernel<<<grid_for(int64_t(heads) * map_entries), kThreads, 0, context.stream>>>(
         vertical_flags, slash_flags, heads, blocks, options.two_sided, group_mask);
     WA_CUDA_CHECK(cudaGetLastError());
@@ -317,17 +273,10 @@ void run_flexprefill(RunContext& context) {
     gemm_fp32_nt(context.blas, blocks, blocks, d, float(context.scale), query_means, d, int64_t(blocks) * d,
                  key_means, d, int64_t(blocks) * d, block_map, blocks, map_entries, heads);
     launch_row_softmax(block_map, blocks, blocks, int64_t(heads) * blocks, context.stream);
-    SelectParams global;
-    global.segments = heads;
+    SelectParams global = row_selection(block_map, heads, map_entries, group_mask);
     global.rule = SelectRule::kWithinMass;
     global.fraction = options.gamma;
-    global.values = block_map;
-    global.value_stride = map_entries;
-    global.length = map_entries;
     global.enabled = query_aware;
-    global.flags = group_mask;
-    global.flag_stride = map_entries;
-    global.flag_limit = map_entries;
     launch_select(global, context.stream);
   }
 }

@@ -106,6 +106,19 @@ struct SelectParams {
   int64_t flag_limit = 0;
 };
 void launch_select(const SelectParams& params, cudaStream_t stream);
+/// A selection over `segments` rows of `length` contiguous values, flags (may be null) in rows of the same
+/// length; the caller sets the rule and its fields.
+inline SelectParams row_selection(const float* values, int segments, int64_t length, uint8_t* flags) {
+  SelectParams params;
+  params.values = values;
+  params.value_stride = length;
+  params.length = length;
+  params.segments = segments;
+  params.flags = flags;
+  params.flag_stride = length;
+  params.flag_limit = length;
+  return params;
+}
 
 // ---- scores.cu: softmax statistics and the sums the methods pool ----
 /// Per row r of logits[r * stride + j], j < length: the row max and sum of exp(x - max), in fp32.

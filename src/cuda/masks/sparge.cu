@@ -103,11 +103,7 @@ void run_sparge(RunContext& context) {
     launch_row_softmax(buffers.scores, native_k, native_k, native_q, context.stream);
 
     WA_CUDA_CHECK(cudaMemsetAsync(buffers.native_map, 0, size_t(map_entries), context.stream));
-    SelectParams select;
-    select.values = buffers.scores;
-    select.value_stride = native_k;
-    select.length = native_k;
-    select.segments = native_q;
+    SelectParams select = row_selection(buffers.scores, native_q, native_k, buffers.native_map);
     select.min_count = 1;
     select.enabled = buffers.similar_q;  // non-similar rows are kept whole below
     if (top_k) {
@@ -117,9 +113,6 @@ void run_sparge(RunContext& context) {
       select.rule = SelectRule::kWithinMass;
       select.fraction = methods::per_head(options.cdfthreshd, m);
     }
-    select.flags = buffers.native_map;
-    select.flag_stride = native_k;
-    select.flag_limit = native_k;
     launch_select(select, context.stream);
     force_kernel<<<grid_for(map_entries), kThreads, 0, context.stream>>>(
         buffers.native_map, buffers.similar_q, buffers.similar_k, native_q, native_k, options.attention_sink);

@@ -12,11 +12,11 @@
 #include "core/methods/rules.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/reduce.cuh"
 
 namespace wavealign::cuda::masks {
 namespace {
 
-constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 constexpr int kThreads = 256;
 
 struct Shape {
@@ -55,32 +55,6 @@ __global__ void pack_kernel(const uint16_t* __restrict__ x, int64_t token_stride
   packed[item] = token < tokens ? x[token * token_stride + c] : uint16_t(0);
 }
 
-__device__ inline float block_max(float value, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(kFullWarp, value, offset));
-  __syncthreads();
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  value = lane < warps ? scratch[lane] : -INFINITY;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(kFullWarp, value, offset));
-  return value;
-}
-
-__device__ inline float block_sum(float value, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullWarp, value, offset);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  value = lane < warps ? scratch[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullWarp, value, offset);
-  return value;
-}
-
 // One block per query block of the chunk. Thread t owns key blocks J = t, t + 256, ...: for each reshaped
 // row it takes the local max and sum of exp of J's per_block logits (columns past the valid keys read as the
 // reference's zero logits), the block combines them into the row's max and denominator, and each J adds its
@@ -108,10 +82,10 @@ __global__ void block_sums_kernel(const float* __restrict__ logits, int64_t ld, 
       local_sum[J] = sum;
       thread_max = fmaxf(thread_max, top);
     }
-    const float row_max = block_max(thread_max, scratch);
+    const float row_max = block_reduce(thread_max, -INFINITY, MaxOp{}, scratch);
     float thread_sum = 0;
     for (int J = threadIdx.x; J < score_columns; J += blockDim.x) thread_sum += local_sum[J] * expf(local_max[J] - row_max);
-    const float inverse = 1.0f / block_sum(thread_sum, scratch);
+    const float inverse = 1.0f / block_reduce(thread_sum, 0.0f, SumOp{}, scratch);
     for (int J = threadIdx.x; J < score_columns; J += blockDim.x)
       accumulated[J] += local_sum[J] * expf(local_max[J] - row_max) * inverse;
   }
