@@ -76,7 +76,7 @@ __global__ void column_blocks_kernel(const uint8_t* __restrict__ flags, int64_t 
 }
 
 // One block per segment: an inclusive prefix count of the segment's byte flags, tile by tile with a carry.
-__global__ void prefix_kernel(const uint8_t* __restrict__ flags, int64_t length, int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kScanThreads) prefix_kernel(const uint8_t* __restrict__ flags, int64_t length, int32_t* __restrict__ out) {
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage storage;
   const uint8_t* in = flags + int64_t(blockIdx.x) * length;

@@ -48,7 +48,8 @@ __device__ inline void block_sum2(unsigned long long& a, unsigned long long& b, 
   }
 }
 
-__global__ void select_kernel(SelectParams params) {
+// 1024 threads for long segments: at most 64 registers per thread.
+__global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
   __shared__ float staged[kStagedValues];
   __shared__ unsigned long long scratch[64];
   const int segment = blockIdx.x;
