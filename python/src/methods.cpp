@@ -35,7 +35,8 @@ MethodConfig config_from(const std::string& method, const nb::dict& options) {
     else if (name == "scale") config.scale = number();
     else if (name == "stride") config.xattention.stride = int(integer());
     else if (name == "threshold") config.xattention.threshold = values();
-    else if (name == "force_first_kblock") config.xattention.force_first_kblock = config.flexprefill.force_first_kblock = flag();
+    else if (name == "force_first_kblock")
+      config.xattention.force_first_kblock = config.flexprefill.force_first_kblock = flag();
     else if (name == "mask_padded_keys") config.xattention.mask_padded_keys = flag();
     else if (name == "simthreshd1") config.sparge.simthreshd1 = values();
     else if (name == "cdfthreshd") config.sparge.cdfthreshd = values();
@@ -178,7 +179,8 @@ void bind_methods(nb::module_& module) {
       "fp64 CPU reference: q, k float32 [H, L, d] C-contiguous -> bool [H, MB, NB].");
   module.def(
       "resample_block_mask",
-      [](const AnyArray& array, int from_q, int from_k, int to_q, int to_k, int64_t tokens, const std::string& argument) {
+      [](const AnyArray& array, int from_q, int from_k, int to_q, int to_k, int64_t tokens,
+         const std::string& argument) {
         const BlockMask mask = mask_from_array(array, argument.c_str());
         WA_CHECK_ARG(tokens > 0 && mask.q_blocks() == blocks_for(tokens, from_q) &&
                          mask.kv_blocks() == blocks_for(tokens, from_k),

@@ -216,7 +216,8 @@ def _generate_on_gpu(method: str, q: Any, k: Any, options: dict[str, Any], shape
     return mask
 
 
-def _generator(torch: Any, device: Any, method: str, options: dict[str, Any], shape: tuple[int, ...]) -> tuple[Any, Any]:
+def _generator(torch: Any, device: Any, method: str, options: dict[str, Any],
+               shape: tuple[int, ...]) -> tuple[Any, Any]:
     """(generator, workspace) of this device, method, options and shape, made on first use (at most
     _CACHE_SIZE kept, oldest out first)."""
     key = (device.index, method, *shape, tuple(sorted((name, _frozen(value)) for name, value in options.items())))

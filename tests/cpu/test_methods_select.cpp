@@ -61,8 +61,9 @@ std::vector<uint8_t> sorted_select(const std::vector<float>& values, bool mass, 
   if (mass) {
     double total = 0;
     for (double value : wide) total += value;
-    count = fraction >= 1 ? int64_t(values.size())
-                          : (reach ? count_reaching(wide, order, fraction * total) : count_within(wide, order, fraction * total));
+    count = fraction >= 1
+                ? int64_t(values.size())
+                : (reach ? count_reaching(wide, order, fraction * total) : count_within(wide, order, fraction * total));
   }
   std::vector<uint8_t> flags(values.size(), 0);
   for (int64_t p = 0; p < count; ++p) flags[order[p]] = 1;

@@ -73,7 +73,8 @@ GpuMask run_generator(const MethodConfig& config, const QkInputs& inputs, Elemen
   for (int m = 0; m < inputs.heads; ++m)
     for (int64_t t = 0; t < tokens; ++t)
       for (int c = 0; c < d; ++c) {
-        const size_t at = size_t(m / heads) * batch_stride + size_t(m % heads) * head_stride + size_t(t) * token_stride + c;
+        const size_t at =
+            size_t(m / heads) * batch_stride + size_t(m % heads) * head_stride + size_t(t) * token_stride + c;
         const size_t from = (size_t(m) * tokens + t) * d + c;
         q_bits[at] = to_bits(inputs.q[from], type);
         k_bits[at] = to_bits(inputs.k[from], type);

@@ -14,10 +14,10 @@ BlockMask resample_block_mask(const BlockMask& mask, BlockShape from, BlockShape
                from.kv_block);
   WA_CHECK_ARG(to.q_block > 0 && to.kv_block > 0, "to", "block sizes must be > 0, got ", to.q_block, "x", to.kv_block);
   WA_CHECK_ARG(tokens > 0, "tokens", "must be > 0, got ", tokens);
-  WA_CHECK_ARG(mask.q_blocks() == blocks_for(tokens, from.q_block) && mask.kv_blocks() == blocks_for(tokens, from.kv_block),
-               "mask", "is ", mask.q_blocks(), "x", mask.kv_blocks(), " blocks, but ", tokens, " tokens on ", from.q_block,
-               "x", from.kv_block, " blocks make ", blocks_for(tokens, from.q_block), "x",
-               blocks_for(tokens, from.kv_block));
+  WA_CHECK_ARG(
+      mask.q_blocks() == blocks_for(tokens, from.q_block) && mask.kv_blocks() == blocks_for(tokens, from.kv_block),
+      "mask", "is ", mask.q_blocks(), "x", mask.kv_blocks(), " blocks, but ", tokens, " tokens on ", from.q_block, "x",
+      from.kv_block, " blocks make ", blocks_for(tokens, from.q_block), "x", blocks_for(tokens, from.kv_block));
   const int rows = blocks_for(tokens, to.q_block), cols = blocks_for(tokens, to.kv_block);
   BlockMask out(mask.heads(), rows, cols);
   for (int h = 0; h < mask.heads(); ++h)

@@ -29,12 +29,12 @@ void check_method_config(const MethodConfig& config, int heads, int64_t tokens, 
   WA_CHECK_ARG(heads > 0, "heads", "must be > 0, got ", heads);
   WA_CHECK_ARG(tokens > 0, "tokens", "must be > 0, got ", tokens);
   WA_CHECK_ARG(head_dim > 0, "head_dim", "must be > 0, got ", head_dim);
-  WA_CHECK_ARG(is_block_size(config.block), "block", "must be a power of two in [16, 256] (128 or 64 for the kernel), got ",
-               config.block);
+  WA_CHECK_ARG(is_block_size(config.block), "block",
+               "must be a power of two in [16, 256] (128 or 64 for the kernel), got ", config.block);
   WA_CHECK_ARG(tokens <= int64_t(config.block) * (int64_t(1) << 30), "tokens", "too long for ", config.block,
                "-token blocks: ", tokens);
-  WA_CHECK_ARG(std::isfinite(config.scale) && config.scale >= 0, "scale", "must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ",
-               config.scale);
+  WA_CHECK_ARG(std::isfinite(config.scale) && config.scale >= 0, "scale",
+               "must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", config.scale);
   if (config.force_dense) return;
   switch (config.method) {
     case MaskMethod::kXAttention: {

@@ -56,7 +56,8 @@ __global__ void pool_distributions_kernel(const float* __restrict__ vertical, co
   high = min(high, tokens - 1);
   const float* distribution = slash + head * diagonals;
   float sum = 0;
-  for (int64_t delta = low; delta <= high; ++delta) sum += distribution[methods::diagonal_index(delta, tokens, two_sided)];
+  for (int64_t delta = low; delta <= high; ++delta)
+    sum += distribution[methods::diagonal_index(delta, tokens, two_sided)];
   slash_blocks[head * offsets + index] = sum;
 }
 
@@ -126,9 +127,9 @@ __global__ void decide_kernel(DecisionParams params) {
       query_aware ? min(params.low, params.vertical_high)
                   : methods::budget_blocks(params.vertical_tokens[head], params.budget_block, params.low,
                                            params.vertical_high);
-  params.slash_budget[head] =
-      query_aware ? min(params.low, params.slash_high)
-                  : methods::budget_blocks(params.slash_tokens[head], params.budget_block, params.low, params.slash_high);
+  params.slash_budget[head] = query_aware ? min(params.low, params.slash_high)
+                                          : methods::budget_blocks(params.slash_tokens[head], params.budget_block,
+                                                                   params.low, params.slash_high);
   if (params.force_first_kblock) vertical_blocks[0] = INFINITY;
   params.slash_blocks[head * params.offsets + params.main_diagonal] = INFINITY;
 }
@@ -159,7 +160,8 @@ void run_flexprefill(RunContext& context) {
   const int representative = std::min(options.representative_blocks, blocks);
   int sampled = 0;  // valid tokens of the representative blocks (all full except the sequence's last block)
   for (int r = 0; r < representative; ++r) {
-    const int64_t first = int64_t(methods::representative_block(r, representative, blocks, options.query_sample)) * block;
+    const int64_t first =
+        int64_t(methods::representative_block(r, representative, blocks, options.query_sample)) * block;
     sampled += int(std::min<int64_t>(tokens, first + block) - first);
   }
   const int64_t diagonals = methods::diagonal_count(tokens, options.two_sided);

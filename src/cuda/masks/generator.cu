@@ -65,11 +65,11 @@ Regions carve_common(masks::WorkspaceCarver& carver, int mask_heads, int blocks)
 MaskGenerator::MaskGenerator(const MethodConfig& config, int batch, int heads, int64_t tokens, int head_dim)
     : config_(config), batch_(batch), heads_(heads), tokens_(tokens), head_dim_(head_dim) {
   WA_CHECK_ARG(batch > 0, "batch", "must be > 0, got ", batch);
-  WA_CHECK_ARG(heads > 0 && int64_t(batch) * heads <= (int64_t(1) << 30), "heads", "must be > 0 (and batch x heads < 2^30), got ",
-               heads);
+  WA_CHECK_ARG(heads > 0 && int64_t(batch) * heads <= (int64_t(1) << 30), "heads",
+               "must be > 0 (and batch x heads < 2^30), got ", heads);
   check_method_config(config, batch * heads, tokens, head_dim);
-  WA_CHECK_ARG(head_dim % 8 == 0 && head_dim <= 256, "head_dim", "must be a multiple of 8, at most 256, on the GPU, got ",
-               head_dim);
+  WA_CHECK_ARG(head_dim % 8 == 0 && head_dim <= 256, "head_dim",
+               "must be a multiple of 8, at most 256, on the GPU, got ", head_dim);
 }
 
 MaskGenerator::~MaskGenerator() {
@@ -106,8 +106,10 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
   WA_CHECK_ARG(qk.tokens == tokens_, "tokens", "is ", qk.tokens, ", the generator was made for ", tokens_);
   WA_CHECK_ARG(qk.head_dim == head_dim_, "head_dim", "is ", qk.head_dim, ", the generator was made for ", head_dim_);
   const masks::QkLayout layout = resolve(qk);
-  WA_CHECK_ARG(layout.q_token_stride >= head_dim_, "q", "token stride ", layout.q_token_stride, " < head_dim ", head_dim_);
-  WA_CHECK_ARG(layout.k_token_stride >= head_dim_, "k", "token stride ", layout.k_token_stride, " < head_dim ", head_dim_);
+  WA_CHECK_ARG(layout.q_token_stride >= head_dim_, "q", "token stride ", layout.q_token_stride, " < head_dim ",
+               head_dim_);
+  WA_CHECK_ARG(layout.k_token_stride >= head_dim_, "k", "token stride ", layout.k_token_stride, " < head_dim ",
+               head_dim_);
   WA_CHECK_ARG(outputs.dense != nullptr, "dense", "is null (the dense mask is required)");
   WA_CHECK_ARG((outputs.row_ptr == nullptr) == (outputs.col_idx == nullptr), outputs.row_ptr ? "col_idx" : "row_ptr",
                "row_ptr and col_idx are set together or not at all");

@@ -76,7 +76,8 @@ __global__ void column_blocks_kernel(const uint8_t* __restrict__ flags, int64_t 
 }
 
 // One block per segment: an inclusive prefix count of the segment's byte flags, tile by tile with a carry.
-__global__ void __launch_bounds__(kScanThreads) prefix_kernel(const uint8_t* __restrict__ flags, int64_t length, int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kScanThreads)
+    prefix_kernel(const uint8_t* __restrict__ flags, int64_t length, int32_t* __restrict__ out) {
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage storage;
   const uint8_t* in = flags + int64_t(blockIdx.x) * length;
@@ -194,8 +195,8 @@ CsrScratch carve_csr_scratch(WorkspaceCarver& workspace, int heads, int blocks) 
 
 void check_csr_scratch(const CsrScratch& scratch, int heads, int blocks) {
   const size_t needed = plan::scan_temp_bytes(plan_shape(heads, blocks));
-  WA_CHECK(needed <= scratch.scan_temp_bytes, "the CSR scan needs ", needed, " bytes of CUB storage, the bound reserved ",
-           scratch.scan_temp_bytes);
+  WA_CHECK(needed <= scratch.scan_temp_bytes, "the CSR scan needs ", needed,
+           " bytes of CUB storage, the bound reserved ", scratch.scan_temp_bytes);
 }
 
 void launch_csr(const uint8_t* dense, int heads, int blocks, const CsrScratch& scratch, int64_t* row_ptr,

@@ -96,7 +96,8 @@ __global__ void mean_partial_kernel(PoolParams params, float* __restrict__ parti
   const int64_t last = first + kMeanChunkTokens < params.tokens ? first + kMeanChunkTokens : params.tokens;
   for (int c = threadIdx.x; c < params.head_dim; c += blockDim.x) {
     float sum = 0;
-    for (int64_t t = first; t < last; ++t) sum += to_float(params.rows[t * params.token_stride + c], params.element_type);
+    for (int64_t t = first; t < last; ++t)
+      sum += to_float(params.rows[t * params.token_stride + c], params.element_type);
     partial[int64_t(blockIdx.x) * params.head_dim + c] = sum;
   }
 }

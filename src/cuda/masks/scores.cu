@@ -54,8 +54,9 @@ __device__ inline void block_softmax_stats(const float* row, int64_t length, flo
     combine(top, sum, __shfl_xor_sync(kFullWarp, top, offset), __shfl_xor_sync(kFullWarp, sum, offset));
 }
 
-__global__ void __launch_bounds__(kRowThreads) row_stats_kernel(const float* __restrict__ logits, int64_t stride, int64_t length,
-                                 float* __restrict__ row_max, float* __restrict__ row_sum) {
+__global__ void __launch_bounds__(kRowThreads)
+    row_stats_kernel(const float* __restrict__ logits, int64_t stride, int64_t length, float* __restrict__ row_max,
+                     float* __restrict__ row_sum) {
   float top, sum;
   block_softmax_stats(logits + int64_t(blockIdx.x) * stride, length, top, sum);
   if (threadIdx.x == 0) {
@@ -64,7 +65,8 @@ __global__ void __launch_bounds__(kRowThreads) row_stats_kernel(const float* __r
   }
 }
 
-__global__ void __launch_bounds__(kRowThreads) row_softmax_kernel(float* __restrict__ logits, int64_t stride, int64_t length) {
+__global__ void __launch_bounds__(kRowThreads)
+    row_softmax_kernel(float* __restrict__ logits, int64_t stride, int64_t length) {
   float* row = logits + int64_t(blockIdx.x) * stride;
   float top, sum;
   block_softmax_stats(row, length, top, sum);

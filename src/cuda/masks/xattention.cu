@@ -39,7 +39,8 @@ Shape shape_of(const RunContext& context) {
   shape.score_columns = int((shape.columns + shape.per_block - 1) / shape.per_block);
   const int64_t fitting = int64_t(MaskGenerator::kLogitChunkBytes / (size_t(shape.ld) * sizeof(float)));
   const int64_t all_rows = int64_t(context.blocks) * shape.per_block;
-  shape.chunk_rows = std::min(all_rows, std::max<int64_t>(shape.per_block, fitting / shape.per_block * shape.per_block));
+  shape.chunk_rows =
+      std::min(all_rows, std::max<int64_t>(shape.per_block, fitting / shape.per_block * shape.per_block));
   return shape;
 }
 
@@ -84,7 +85,8 @@ __global__ void block_sums_kernel(const float* __restrict__ logits, int64_t ld, 
     }
     const float row_max = block_reduce(thread_max, -INFINITY, MaxOp{}, scratch);
     float thread_sum = 0;
-    for (int J = threadIdx.x; J < score_columns; J += blockDim.x) thread_sum += local_sum[J] * expf(local_max[J] - row_max);
+    for (int J = threadIdx.x; J < score_columns; J += blockDim.x)
+      thread_sum += local_sum[J] * expf(local_max[J] - row_max);
     const float inverse = 1.0f / block_reduce(thread_sum, 0.0f, SumOp{}, scratch);
     for (int J = threadIdx.x; J < score_columns; J += blockDim.x)
       accumulated[J] += local_sum[J] * expf(local_max[J] - row_max) * inverse;
