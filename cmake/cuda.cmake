@@ -59,7 +59,8 @@ set(wa_cuda_flags --expt-relaxed-constexpr -lineinfo -Xptxas=--warn-on-spills)
 
 file(GLOB WA_CUDA_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/attention/*.cu
-  ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm80/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/plan/*.cu)
+  ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm80/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/plan/*.cu
+  ${PROJECT_SOURCE_DIR}/src/cuda/masks/*.cu)
 add_library(wavealign_cuda ${WA_CUDA_SOURCES})
 add_library(wavealign::cuda ALIAS wavealign_cuda)
 set_target_properties(wavealign_cuda PROPERTIES CUDA_ARCHITECTURES "${WA_CUDA_ARCHITECTURES}")
@@ -68,6 +69,8 @@ target_include_directories(wavealign_cuda
   PRIVATE ${PROJECT_SOURCE_DIR}/src)
 # Static runtime: the test and bench binaries then need only the driver on the machine that runs them.
 target_link_libraries(wavealign_cuda PUBLIC wavealign::core CUDA::cudart_static)
+# The mask methods' scoring products (src/cuda/masks/blas.cu); the shared library, found next to the toolkit.
+target_link_libraries(wavealign_cuda PRIVATE CUDA::cublas)
 target_compile_options(wavealign_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${wa_cuda_flags}>)
 target_compile_definitions(wavealign_cuda PUBLIC WAVEALIGN_HAS_CUDA=1)
 

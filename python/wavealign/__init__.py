@@ -22,11 +22,11 @@ __version__: str = _core.__version__
 has_cuda: bool = _core.has_cuda
 """True when the fused CUDA kernel was compiled in."""
 
-__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "flex", "nn", "ops", "diffusers"]
+__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "flex", "nn", "ops", "diffusers", "methods"]
 
 
 def __getattr__(name: str) -> Any:
-    # wavealign.nn imports torch at import time; load it (and flex, ops, diffusers) only when asked for.
-    if name in ("nn", "flex", "ops", "diffusers"):
+    # wavealign.nn imports torch at import time; load it (and flex, ops, diffusers, methods) only when asked for.
+    if name in ("nn", "flex", "ops", "diffusers", "methods"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wavealign' has no attribute {name!r}")
