@@ -171,7 +171,7 @@ class Graph:
         for latch, targets in self.succ.items():
             for header in targets:
                 if latch in dom and header in dom[latch]:
-                    body, stack = {header, latch}, [latch]
+                    body, stack = {header, latch}, [latch] if latch != header else []
                     while stack:
                         for p in self.pred[stack.pop()]:
                             if p not in body:

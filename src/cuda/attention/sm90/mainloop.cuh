@@ -7,6 +7,9 @@
 // block issue S_i = Q K_i^T and O += P_{i-1} V_{i-1} back to back, do the softmax of S_i while the PV GEMM
 // runs, rescale O once it has drained; finally the last PV. Every step depends only on the row's blocks in
 // walk order, never on timing, so O and LSE are the same bits under every schedule.
+//
+// Build options of the consumer's instruction stream (off by default; docs/kernel.md, "Instruction count per
+// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -164,6 +167,7 @@ constexpr bool kExactRescale = WA_SM90_EXACT_RESCALE != 0;
 #ifndef WA_SM90_ROW_MAX_CHAINS
 #define WA_SM90_ROW_MAX_CHAINS 1
 #endif
+constexpr int kRowMaxChains = WA_SM90_ROW_MAX_CHAINS;
 
 template <class Traits>
 struct Mainloop {
@@ -341,7 +345,7 @@ struct Mainloop {
       release_stage(&storage.k_empty[stage], lane);
       if (n == 1) release_stage(&storage.q_empty[q_stage], lane);
       if (partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN, kExactRescale, WA_SM90_ROW_MAX_CHAINS>(frag, p.scale_log2, factor);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains>(frag, p.scale_log2, factor);
       convert_p();
     }
     for (int position = 1; position < n; ++position) {
@@ -360,14 +364,15 @@ struct Mainloop {
       release_stage(&storage.k_empty[stage], lane);
       if (position == n - 1) release_stage(&storage.q_empty[q_stage], lane);
       if (position == partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN, kExactRescale, WA_SM90_ROW_MAX_CHAINS>(frag, p.scale_log2, factor);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains>(frag, p.scale_log2, factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
       release_stage(&storage.v_empty[prev_stage], lane);
-      // Once a row has seen its largest scores the running max stops moving and factor is exactly 1
-      // (ex2(0) = 1), and multiplying by 1 changes no bit: a warp whose 16 rows all kept their max skips the
-      // 64 multiplies per thread with no effect on the result.
+      // Multiplying by a factor of exactly 1 changes no bit, so a warp whose 32 factors are all 1 skips the 64
+      // multiplies per thread with no effect on the result. Once a row has met its largest scores its max
+      // stops moving; with WA_SM90_EXACT_RESCALE its factor is then exactly 1 (ex2(0)), by default only by
+      // chance (softmax.cuh), so by default the skip almost never fires.
       if (!__all_sync(0xffffffffu, factor[0] == 1.f && factor[1] == 1.f)) {
         CUTE_UNROLL
         for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
