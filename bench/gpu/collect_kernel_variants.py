@@ -20,12 +20,12 @@ NCU_METRICS = {
     "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio": "predicated_on_threads",
     "sm__cycles_elapsed.avg": "sm_cycles",
 }
-CASE_FIELDS = ("variant", "flags", "round", "mode", "mask", "order", "tokens", "heads", "density", "ms", "tflops",
-               "sm_clock_mhz", "power_w", "power_capped")
+CASE_FIELDS = ("variant", "flags", "round", "mode", "mask", "order", "tokens", "heads", "head_dim", "block",
+               "density", "ms", "tflops", "sm_clock_mhz", "power_w", "power_capped")
 COMMAND = ("bench/gpu/run_kernel_variants.sh: wa_bench_attention --model wan2.1-14b --frames 401 --heads 4 "
            "{--mask video --density 0.28 --order wavealign | --mask random --density 0.2 --order wavealign | --dense} "
-           "--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json; one build per variant, rounds in rotated "
-           "variant order, one machine")
+           "--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json, and in round 1 --heads 8 --tokens 32768 --dense "
+           "{--head-dim 64 | --block 64}; one build per variant, rounds in rotated variant order, one machine")
 
 
 def file_name(variant):
@@ -34,7 +34,16 @@ def file_name(variant):
 
 
 def case_of(run):
-    return "dense" if run["mode"] == "dense" else f"{run['mask']} {run['density']:.2f} {run['order']}"
+    """'dense' or 'MASK DENSITY ORDER', plus the head_dim, block and length where they are not the main
+    case's (d = 128, 128 x 128, 363,600 tokens)."""
+    label = "dense" if run["mode"] == "dense" else f"{run['mask']} {run['density']:.2f} {run['order']}"
+    if run.get("head_dim", 128) != 128:
+        label += f" d{run['head_dim']}"
+    if run.get("block", 128) != 128:
+        label += f" {run['block']}x{run['block']}"
+    if run.get("tokens", 363600) != 363600:
+        label += f" L{run['tokens']}"
+    return label
 
 
 def read_runs(logs):

@@ -3,7 +3,8 @@
 # matrix below into its own build dir (wa_bench_attention and wa_test_attention only, all builds in
 # parallel), runs wa_test_attention on each as soon as it is built (sm90 path; the default on both paths),
 # then times each variant on Wan2.1-14B 401 frames, 4 heads (video mask 0.28 and random mask 0.20 in
-# WaveAlign order, and dense mode) in rounds that visit the variants in turn, and counts executed
+# WaveAlign order, and dense mode; once also dense d = 64 and 64 x 64 blocks) in rounds that visit the
+# variants in turn, and counts executed
 # instructions per 128 x 128 block with Nsight Compute (dense, 8 heads x 32,768 tokens, and the video mask)
 # while time is left.
 #
@@ -88,18 +89,25 @@ for v in "${variants[@]}"; do
 done
 
 # ---- timings: rounds over the variants, each round in a rotated order ----------------------------------
-common=(--model wan2.1-14b --frames 401 --heads 4 --cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json)
-cases=("--mask video --density 0.28 --order wavealign" "--mask random --density 0.2 --order wavealign" "--dense")
+# The three 401-frame cases every round; in round 1 also dense mode at d = 64 and with 64 x 64 blocks (8 heads
+# x 32,768 tokens), which must not get slower.
+timing=(--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json)
+wan="--model wan2.1-14b --frames 401 --heads 4"
+cases=("$wan --mask video --density 0.28 --order wavealign" "$wan --mask random --density 0.2 --order wavealign"
+       "$wan --dense")
+short_cases=("--heads 8 --tokens 32768 --dense --head-dim 64" "--heads 8 --tokens 32768 --dense --block 64")
 : >"$logs/variants.jsonl"
 run_round() {
   local round=$1 count=${#passed[@]} k v name dir flags c line
+  local round_cases=("${cases[@]}")
+  [ "$round" = 1 ] && round_cases+=("${short_cases[@]}")
   for ((k = 0; k < count; ++k)); do
     [ "$(elapsed)" -lt "$hard_stop" ] || { echo "round $round: stopped at $(elapsed) s"; return; }
     v=${passed[$(((k + round - 1) % count))]}
     name=$(name_of "$v"); dir=$(dir_of "$name"); flags=$(flags_of "$v")
-    for c in "${cases[@]}"; do
+    for c in "${round_cases[@]}"; do
       # shellcheck disable=SC2086  # each case is several flags
-      line=$(timeout 120 "$dir/bench/wa_bench_attention" "${common[@]}" $c 2>>"$logs/errors.txt" | grep '^{')
+      line=$(timeout 120 "$dir/bench/wa_bench_attention" $c "${timing[@]}" 2>>"$logs/errors.txt" | grep '^{')
       [ -n "$line" ] && echo "{\"variant\": \"$name\", \"flags\": \"$flags\", \"round\": $round, ${line#\{}" \
         >>"$logs/variants.jsonl"
     done

@@ -15,7 +15,8 @@ spec.loader.exec_module(collect)
 
 def bench_line(variant, round_, mode, tflops, clock=1500.0):
     run = {"impl": "wavealign-kernel", "mode": mode, "mask": "dense" if mode == "dense" else "video",
-           "order": "dense" if mode == "dense" else "wavealign", "tokens": 363600, "heads": 4,
+           "order": "dense" if mode == "dense" else "wavealign", "tokens": 363600, "heads": 4, "head_dim": 128,
+           "block": 128,
            "density": 1.0 if mode == "dense" else 0.28, "nnz_blocks": 100, "ms": 1.0, "tflops": tflops,
            "sm_clock_mhz": clock, "power_w": 699.0, "power_capped": 1.0}
     return json.dumps({"variant": variant, "flags": "-DX=ON", "round": round_, **run})
@@ -54,6 +55,14 @@ def test_summary_and_run_json(tmp_path, capsys):
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["commit"] == "abc1234" and len(run["cases"]) == 4
     assert run["cases"][0]["variant"] == "default" and run["cases"][0]["round"] == 1
+
+
+def test_case_labels():
+    run = json.loads(bench_line("default", 1, "dense", 600.0))
+    assert collect.case_of(run) == "dense"
+    assert collect.case_of({**run, "head_dim": 64, "tokens": 32768}) == "dense d64 L32768"
+    assert collect.case_of({**run, "block": 64, "tokens": 32768}) == "dense 64x64 L32768"
+    assert collect.case_of(json.loads(bench_line("default", 1, "sparse", 500.0))) == "video 0.28 wavealign"
 
 
 def test_ncu_per_block_values(tmp_path):
