@@ -93,9 +93,21 @@ if(wa_build_sm90)
     # 128x128, d = 128: 2 x 32 KB of Q + 3 x 2 x 32 KB of K/V = 256 KB, over the 227 KB per CTA.
     message(FATAL_ERROR "WA_SM90_Q_STAGES=2 needs WA_SM90_KV_STAGES=2 (256 KB of shared memory otherwise)")
   endif()
+  # Consumer instruction-stream variants (docs/kernel.md, "Instruction count per KV block"), each measured
+  # against the default before it becomes one.
+  option(WA_SM90_UNIFORM_OPERANDS
+    "Hopper kernel: wgmma smem descriptors and stage indices computed in uniform registers" OFF)
+  option(WA_SM90_EXACT_RESCALE
+    "Hopper kernel: O rescale factor from the exact max difference, so an unchanged row max skips the rescale" OFF)
+  set(WA_SM90_ROW_MAX_CHAINS 1 CACHE STRING
+    "Hopper kernel: independent fmax chains of the softmax row max (1, 2, 4 or 8)")
+  if(NOT WA_SM90_ROW_MAX_CHAINS MATCHES "^(1|2|4|8)$")
+    message(FATAL_ERROR "WA_SM90_ROW_MAX_CHAINS must be 1, 2, 4 or 8, got '${WA_SM90_ROW_MAX_CHAINS}'")
+  endif()
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
-    WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES})
+    WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>
+    WA_SM90_EXACT_RESCALE=$<BOOL:${WA_SM90_EXACT_RESCALE}> WA_SM90_ROW_MAX_CHAINS=${WA_SM90_ROW_MAX_CHAINS})
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
   target_compile_definitions(wavealign_cuda PRIVATE WAVEALIGN_HAS_SM90_KERNELS=1)
   # TMA descriptors are encoded through the driver entry point that the runtime exposes; no -lcuda needed.
