@@ -234,11 +234,8 @@ int main(int argc, char** argv) {
                         (double(blocks) * blocks);
     const double density = double(pointers.back()) / double(entries);
 
-    cuda::DeviceMask device_mask;
-    device_mask.heads = heads;
-    device_mask.q_blocks = blocks;
-    device_mask.kv_blocks = blocks;
-    device_mask.dense = dense;
+    const cuda::DeviceMask device_mask =
+        DenseMaskView{heads, blocks, blocks, dense, {int64_t(blocks) * blocks, blocks, 1}};
     cuda::GpuPlanOutputs plan_outputs;
     plan_outputs.permutations = permutations;
     plan_outputs.schedule = schedule;

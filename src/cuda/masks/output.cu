@@ -202,7 +202,15 @@ void check_csr_scratch(const CsrScratch& scratch, int heads, int blocks) {
 void launch_csr(const uint8_t* dense, int heads, int blocks, const CsrScratch& scratch, int64_t* row_ptr,
                 int32_t* col_idx, int64_t capacity, cudaStream_t stream) {
   const plan::PlanShape shape = plan_shape(heads, blocks);
-  plan::launch_pack_dense(shape, dense, scratch.bits, stream);
+  DenseMaskView view;  // the generator's own contiguous [heads, blocks, blocks] mask
+  view.heads = heads;
+  view.q_blocks = blocks;
+  view.kv_blocks = blocks;
+  view.data = dense;
+  view.strides[0] = int64_t(blocks) * blocks;
+  view.strides[1] = blocks;
+  view.strides[2] = 1;
+  plan::launch_pack_dense(shape, view, scratch.bits, stream);
   if (shape.rows() > 0) {
     row_nnz_kernel<<<grid_for(shape.rows()), kThreads, 0, stream>>>(scratch.bits, shape.rows(), shape.row_words,
                                                                     scratch.row_nnz, scratch.identity, blocks);
