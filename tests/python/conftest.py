@@ -1,9 +1,10 @@
 """Suite-wide rules of tests/python.
 
-The packages that scripts/setup.sh installs for the tests (requirements-dev.txt) are required: when one is
-missing, the tests that need it skip as usual, but the run fails at the end with a message naming the package,
-so a machine that was not set up cannot report "all tests passed" with the torch integration untested. Set
-WAVEALIGN_TESTS_ALLOW_MISSING=1 to accept the skips (for example to run the numpy-only part on purpose).
+The packages that scripts/setup.sh installs for the tests (requirements-dev.txt: torch, hypothesis,
+FlashAttention-4) are required: when one is missing, the tests that need it skip as usual, but the run fails at
+the end with a message naming the package, so a machine that was not set up cannot report "all tests passed"
+with the torch integration untested. Set WAVEALIGN_TESTS_ALLOW_MISSING=1 to accept the skips (for example to
+run the numpy-only part on purpose).
 GPU tests are not affected: without a CUDA device they skip with their reason and the run still passes.
 
 Property-based tests run under one hypothesis profile: derandomized (the same examples on every run), no
@@ -18,12 +19,20 @@ import os
 import pytest
 
 REQUIRED_PACKAGES = {"torch": "the torch integration, FlexAttention and torch.ops tests",
-                     "hypothesis": "the property-based tests (test_properties.py)"}
+                     "hypothesis": "the property-based tests (test_properties.py)",
+                     "flash_attn.cute": "FlashAttention-4's layout tests (test_fa4.py, pip package flash-attn-4)"}
 ALLOW_MISSING = "WAVEALIGN_TESTS_ALLOW_MISSING"
 
 
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent package that is not there, or fails to import
+        return False
+
+
 def missing_packages() -> dict[str, str]:
-    return {name: what for name, what in REQUIRED_PACKAGES.items() if importlib.util.find_spec(name) is None}
+    return {name: what for name, what in REQUIRED_PACKAGES.items() if not _importable(name)}
 
 
 def _missing_message(missing: dict[str, str]) -> str:
