@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Peers of the block-sparse kernel on the same mask, in the same run: PyTorch FlexAttention (torch.compile'd,
-default and tuned kernel options) in the original and the WaveAlign row order, and dense SDPA.
+default and tuned kernel options) in the original and the WaveAlign row order, FlashAttention-4's block-sparse
+forward in the original, S2 and WaveAlign row order, and dense SDPA and FA4.
 
-The mask and the WaveAlign permutation come from `wa_bench_attention --save-mask/--save-perm`, so both
-benchmarks run the identical workload. FlexAttention gets every kept block as a *full* block (no mask_mod
-evaluation), its fastest path. In WaveAlign order, Q blocks and mask rows are permuted beforehand (the plug-in
-path); the timed region is the attention call alone. Prints one JSON object per measurement.
+The mask and the permutations come from `wa_bench_attention --save-mask/--save-perm`, so both benchmarks run
+the identical workload. FlexAttention and FA4 get every kept block as a *full* block (no mask_mod evaluation),
+their fastest path. In a permuted order, Q blocks and mask rows are permuted beforehand (the plug-in path);
+the timed region is the attention call alone. FA4's block-sparse tensors are wavealign.fa4's (the package
+staged in BUILD/python must be on PYTHONPATH), built from the permuted mask. Prints one JSON object per
+measurement, one per plug-in check (the permuted order's output, unpermuted, against the original order's),
+and {"skipped": impl, "reason": ...} when an implementation cannot run here (FA4 without flash_attn.cute).
 
-All cases run in one process, so each torch.compile'd kernel variant is compiled once per sequence length.
+All cases run in one process, so each torch.compile'd kernel variant is compiled once per sequence length, and
+FA4's JIT (~20 s per shape) once per shape.
 
 --warmup-ms MS keeps running untimed warm-up calls after the warm-up count until their kernel time reaches MS
 milliseconds in total: the H200 runs at its 700 W software power cap, which engages within ~100 ms of a kernel
@@ -15,13 +20,16 @@ starting and takes the SM clock from 1980 MHz to ~1490-1650 MHz, so without it a
 boost clocks (one case of our kernel read 597 and 689 TF/s in two sessions). Each timing line also carries the
 mean SM clock, board power and power-capped share of its timed calls (NVML; null without it) and warmup_ms.
 
-Usage: bench_peers.py --case MASK.npy:PERM.npy:TOKENS:KIND[:sdpa] [--case ...] [--head-dim 128] [--iters 5]
-                      [--cold-l2] [--warmup-ms 0]
+Usage: bench_peers.py --case MASK.npy:PERM.npy:TOKENS:KIND[:sdpa][:s2=S2PERM.npy] [--case ...]
+                      [--impls flexattention,sdpa,flashattention4] [--head-dim 128] [--iters 5] [--cold-l2]
+                      [--warmup-ms 0]
+(PERM is the WaveAlign permutation; with s2=, FA4 also runs in that S2 order; sdpa adds the dense rows.)
 """
 import argparse
 import ctypes
 import json
 import math
+import sys
 import threading
 
 import numpy as np
@@ -152,7 +160,75 @@ def block_mask_of(mask, heads, q_blocks, padded):
                                     seq_lengths=(padded, padded))
 
 
-def run_case(mask_path, perm_path, tokens, kind, sdpa, args, compiled, sampler):
+IMPLS = ("flexattention", "sdpa", "flashattention4")
+
+
+def fa4_or_reason():
+    """(wavealign.fa4, flash_attn_func), or (None, why the FlashAttention-4 rows are skipped)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as error:  # any import failure of the optional peer only skips its rows
+        return None, f"flash_attn.cute is not importable ({error!r}): install flash-attn-4 (bench/gpu/fa4_wheels.sh)"
+    try:
+        from wavealign import fa4
+    except Exception as error:
+        return None, f"wavealign's Python package is not importable ({error!r}): put BUILD/python on PYTHONPATH"
+    return (fa4, flash_attn_func), None
+
+
+def token_order(perm, heads, padded, head_dim):
+    """The gather index [1, H, padded, d] that moves Q's query blocks into the order `perm` [H, MB]."""
+    tokens = (torch.from_numpy(perm.astype(np.int64)).cuda()[:, :, None] * BLOCK
+              + torch.arange(BLOCK, device="cuda")).reshape(heads, padded)
+    return tokens[None, :, :, None].expand(1, heads, padded, head_dim)
+
+
+def run_fa4(fa4, flash_attn_func, mask, perms, q, k, v, tokens, sdpa, common, flops, args, sampler):
+    """FlashAttention-4 block-sparse in each order of `perms` ({order: permutation [H, MB]}) through the
+    plug-in path, and dense on the unpadded tokens when `sdpa`. q, k, v: [1, H, padded, d] bf16."""
+    import wavealign
+
+    heads, q_blocks, _ = mask.shape
+    padded = q_blocks * BLOCK
+    k_fa4, v_fa4 = (x.transpose(1, 2).contiguous() for x in (k, v))  # FA4's layout [B, L, H, d]
+    outputs, indices = {}, {}
+    for order, perm in perms.items():
+        permuted_mask = np.take_along_axis(mask, perm[:, :, None].astype(np.int64), axis=1)
+        # A plan of the permuted mask in its own order: its block-sparse tensors are the permuted rows.
+        plan = wavealign.plan(permuted_mask, order="original", skip="never", block_size=BLOCK)
+        tensors = fa4.block_sparse_tensors(plan, padded, device="cuda")
+        indices[order] = token_order(perm, heads, padded, args.head_dim)
+        q_order = torch.gather(q, 2, indices[order]).transpose(1, 2).contiguous()
+        fn = lambda: flash_attn_func(q_order, k_fa4, v_fa4, block_sparse_tensors=tensors)[0]  # noqa: E731
+        outputs[order] = fn().transpose(1, 2)
+        ms, clocks = time_ms(fn, args.iters, args.cold_l2, sampler, warmup_ms=args.warmup_ms)
+        print(json.dumps({"impl": "flashattention4", "order": order, "ms": ms, "tflops": flops / ms / 1e9,
+                          **common, **clocks}), flush=True)
+    for order in outputs:
+        if order != "original":
+            restored = torch.empty_like(outputs[order]).scatter_(2, indices[order], outputs[order])
+            print(json.dumps({"check": f"fa4 {order} order unpermuted vs original", "mask": common["mask"],
+                              "tokens": tokens, "bitwise_equal": bool(torch.equal(restored, outputs["original"])),
+                              "max_abs_difference": (restored.float() - outputs["original"].float()).abs().max()
+                              .item()}), flush=True)
+    if sdpa:
+        qd, kd, vd = (x[:, :, :tokens].transpose(1, 2).contiguous() for x in (q, k, v))
+        ms, clocks = time_ms(lambda: flash_attn_func(qd, kd, vd), max(2, args.iters // 2), args.cold_l2, sampler,
+                             warmup=1, warmup_ms=args.warmup_ms)
+        print(json.dumps({"impl": "flashattention4", "order": "dense", "ms": ms,
+                          "tflops": dense_flops(heads, tokens, args.head_dim) / ms / 1e9,
+                          **dense_common(common, heads, q_blocks, mask.shape[2]), **clocks}), flush=True)
+
+
+def dense_flops(heads, tokens, head_dim):
+    return 4.0 * heads * tokens * tokens * head_dim
+
+
+def dense_common(common, heads, q_blocks, kv_blocks):
+    return {**common, "mode": "dense", "density": 1.0, "mask": "dense", "nnz_blocks": heads * q_blocks * kv_blocks}
+
+
+def run_case(mask_path, perm_path, tokens, kind, sdpa, s2_path, args, compiled, sampler, fa4):
     mask = np.load(mask_path)
     perm = np.load(perm_path)
     heads, q_blocks, kv_blocks = mask.shape
@@ -163,40 +239,44 @@ def run_case(mask_path, perm_path, tokens, kind, sdpa, args, compiled, sampler):
     q, k, v = (torch.randn(1, heads, padded, args.head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
 
-    permuted_mask = np.take_along_axis(mask, perm[:, :, None].astype(np.int64), axis=1)
-    token_perm = (torch.from_numpy(perm.astype(np.int64)).cuda()[:, :, None] * BLOCK
-                  + torch.arange(BLOCK, device="cuda")).reshape(heads, padded)
-    index = token_perm[None, :, :, None].expand(1, heads, padded, args.head_dim)
-    q_permuted = torch.gather(q, 2, index)
-    masks = {"original": block_mask_of(mask, heads, q_blocks, padded),
-             "wavealign": block_mask_of(permuted_mask, heads, q_blocks, padded)}
-    queries = {"original": q, "wavealign": q_permuted}
     common = {"tokens": tokens, "heads": heads, "head_dim": args.head_dim, "block": BLOCK,
               "density": nnz / (heads * q_blocks * kv_blocks), "nnz_blocks": nnz, "mask": kind,
               "l2": "cold" if args.cold_l2 else "warm", "mode": "sparse"}
-    outputs = {}
-    for impl, options in (("flexattention", None), ("flexattention-tuned", TUNED)):
-        for order in ("original", "wavealign"):
-            fn = lambda: compiled(queries[order], k, v, block_mask=masks[order], kernel_options=options)
-            outputs[order] = fn()
-            ms, clocks = time_ms(fn, args.iters, args.cold_l2, sampler, warmup_ms=args.warmup_ms)
-            print(json.dumps({"impl": impl, "order": order, "ms": ms, "tflops": flops / ms / 1e9, **common,
-                              **clocks}), flush=True)
+    if "flexattention" in args.impls:
+        permuted_mask = np.take_along_axis(mask, perm[:, :, None].astype(np.int64), axis=1)
+        index = token_order(perm, heads, padded, args.head_dim)
+        masks = {"original": block_mask_of(mask, heads, q_blocks, padded),
+                 "wavealign": block_mask_of(permuted_mask, heads, q_blocks, padded)}
+        queries = {"original": q, "wavealign": torch.gather(q, 2, index)}
+        outputs = {}
+        for impl, options in (("flexattention", None), ("flexattention-tuned", TUNED)):
+            for order in ("original", "wavealign"):
+                fn = lambda: compiled(queries[order], k, v, block_mask=masks[order], kernel_options=options)
+                outputs[order] = fn()
+                ms, clocks = time_ms(fn, args.iters, args.cold_l2, sampler, warmup_ms=args.warmup_ms)
+                print(json.dumps({"impl": impl, "order": order, "ms": ms, "tflops": flops / ms / 1e9, **common,
+                                  **clocks}), flush=True)
 
-    # The plug-in path on this run: WaveAlign order, un-permuted, equals the original order (bf16 rounding).
-    restored = torch.empty_like(outputs["wavealign"]).scatter_(2, index, outputs["wavealign"])
-    difference = (restored.float() - outputs["original"].float()).abs().max().item()
-    print(json.dumps({"check": "flex wavealign order unpermuted vs original", "mask": kind, "tokens": tokens,
-                      "max_abs_difference": difference}), flush=True)
+        # The plug-in path on this run: WaveAlign order, un-permuted, equals the original order (bf16 rounding).
+        restored = torch.empty_like(outputs["wavealign"]).scatter_(2, index, outputs["wavealign"])
+        difference = (restored.float() - outputs["original"].float()).abs().max().item()
+        print(json.dumps({"check": "flex wavealign order unpermuted vs original", "mask": kind, "tokens": tokens,
+                          "max_abs_difference": difference}), flush=True)
 
-    if sdpa:
+    if sdpa and "sdpa" in args.impls:
         qs, ks, vs = q[:, :, :tokens], k[:, :, :tokens], v[:, :, :tokens]
         ms, clocks = time_ms(lambda: F.scaled_dot_product_attention(qs, ks, vs), max(2, args.iters // 2),
                              args.cold_l2, sampler, warmup=1, warmup_ms=args.warmup_ms)
-        dense_flops = 4.0 * heads * tokens * tokens * args.head_dim
-        print(json.dumps({"impl": "sdpa", "order": "dense", "ms": ms, "tflops": dense_flops / ms / 1e9,
-                          **{**common, "mode": "dense", "density": 1.0, "mask": "dense",
-                             "nnz_blocks": heads * q_blocks * kv_blocks}, **clocks}), flush=True)
+        print(json.dumps({"impl": "sdpa", "order": "dense", "ms": ms,
+                          "tflops": dense_flops(heads, tokens, args.head_dim) / ms / 1e9,
+                          **dense_common(common, heads, q_blocks, kv_blocks), **clocks}), flush=True)
+
+    if fa4 is not None:
+        perms = {"original": np.tile(np.arange(q_blocks, dtype=np.int32), (heads, 1))}
+        if s2_path:
+            perms["s2"] = np.load(s2_path)
+        perms["wavealign"] = perm
+        run_fa4(*fa4, mask, perms, q, k, v, tokens, sdpa, common, flops, args, sampler)
 
 
 def milliseconds(text):
@@ -210,9 +290,21 @@ def milliseconds(text):
     return value
 
 
+def implementations(text):
+    """argparse type of --impls: a comma-separated subset of IMPLS."""
+    chosen = tuple(name for name in text.split(",") if name)
+    unknown = [name for name in chosen if name not in IMPLS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(IMPLS)}, got {text!r}")
+    return chosen
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", required=True, help="MASK.npy:PERM.npy:TOKENS:KIND[:sdpa]")
+    parser.add_argument("--case", action="append", required=True,
+                        help="MASK.npy:PERM.npy:TOKENS:KIND[:sdpa][:s2=S2PERM.npy]")
+    parser.add_argument("--impls", type=implementations, default=",".join(IMPLS),
+                        help=f"comma-separated subset of {','.join(IMPLS)} (default: all)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--cold-l2", action="store_true")
@@ -221,11 +313,17 @@ def main():
     args = parser.parse_args()
     compiled = torch.compile(flex_attention, dynamic=False)
     sampler = ClockSampler()
+    fa4 = None
+    if "flashattention4" in args.impls:
+        fa4, reason = fa4_or_reason()
+        if fa4 is None:
+            print(f"bench_peers: FlashAttention-4 rows skipped: {reason}", file=sys.stderr, flush=True)
+            print(json.dumps({"skipped": "flashattention4", "reason": reason}), flush=True)
     for case in args.case:
-        parts = case.split(":")
+        mask_path, perm_path, tokens, kind, *options = case.split(":")
+        s2_path = next((option[len("s2="):] for option in options if option.startswith("s2=")), None)
         try:
-            run_case(parts[0], parts[1], int(parts[2]), parts[3], len(parts) > 4 and parts[4] == "sdpa", args, compiled,
-                     sampler)
+            run_case(mask_path, perm_path, int(tokens), kind, "sdpa" in options, s2_path, args, compiled, sampler, fa4)
         except Exception as error:  # one failing case must not lose the others' numbers
             print(json.dumps({"case": case, "error": repr(error)}), flush=True)
         torch.cuda.empty_cache()

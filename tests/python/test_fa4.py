@@ -8,6 +8,7 @@ equals FA4 in the original order bit for bit (O and LSE), and both equal SDPA wi
 the bf16 tolerance of test_gpu.py (atol/rtol 2e-2; empty rows: O = 0, LSE = -inf).
 """
 
+import pathlib
 import subprocess
 import sys
 
@@ -183,3 +184,21 @@ def test_hand_written_plug_in_path_equals_the_convenience_call():
     tensors = fa4.block_sparse_tensors(plan, 2048, device=q.device)
     o_perm, _ = flash_attn_func(fa4.permute_rows(plan, q), k, v, block_sparse_tensors=tensors)
     assert torch.equal(fa4.unpermute_rows(plan, o_perm, seq_len=2048), fa4.sparse_attention(q, k, v, plan))
+
+
+def test_benchmark_skips_fa4_rows_with_a_reason_without_flash_attn():
+    """bench/gpu/bench_peers.py: without flash_attn.cute the FA4 rows are skipped, saying why."""
+    bench = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu"
+    code = ("import sys; sys.modules['flash_attn'] = None; sys.path.insert(0, sys.argv[1]); import bench_peers; "
+            "fa4, reason = bench_peers.fa4_or_reason(); print(fa4 is None, reason)")
+    result = subprocess.run([sys.executable, "-c", code, str(bench)], capture_output=True, text=True, check=True)
+    assert result.stdout.startswith("True flash_attn.cute is not importable")
+    sys.path.insert(0, str(bench))
+    try:
+        import bench_peers
+    finally:
+        sys.path.remove(str(bench))
+    assert bench_peers.implementations("flashattention4") == ("flashattention4",)
+    with pytest.raises(Exception, match="subset of flexattention,sdpa,flashattention4"):
+        bench_peers.implementations("flexattention,fa3")
+    assert bench_peers.fa4_or_reason()[1] is None  # here flash_attn.cute imports (the package staged on PYTHONPATH)
