@@ -79,7 +79,9 @@ fi
 
 if runs peers; then
   # 480 s: the 18 peer timings (4 FlexAttention variants x 4 cases, SDPA x 2) add >= 36 s of warm-up.
-  PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/bench_peers.py "${peer_cases[@]}" --impls flexattention,sdpa \
+  # bench_peers.py times through wavealign.bench: the package staged in BUILD/python.
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/bench_peers.py \
+    "${peer_cases[@]}" --impls flexattention,sdpa \
     --cold-l2 --iters 5 "${warm[@]}" >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
   peers_rc=$?
   echo "peer runs: $(wc -l <"$logs/peers.jsonl") (rc=$peers_rc)"
@@ -87,8 +89,7 @@ fi
 
 if runs fa4; then
   # 540 s: 14 FA4 timings (3 orders x 4 cases, dense x 2) with 2 s of warm-up each, FA4's JIT (~20 s per shape),
-  # and the CPU plan of each permuted mask. wavealign.fa4 builds the block-sparse tensors: the package staged
-  # in BUILD/python.
+  # and the CPU plan of each permuted mask (wavealign.fa4 builds the block-sparse tensors).
   PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 540 python3 bench/gpu/bench_peers.py \
     "${peer_cases[@]}" --impls flashattention4 --cold-l2 --iters 5 "${warm[@]}" >>"$logs/peers.jsonl" \
     2>>"$logs/errors.txt"

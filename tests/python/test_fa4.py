@@ -8,6 +8,7 @@ equals FA4 in the original order bit for bit (O and LSE), and both equal SDPA wi
 the bf16 tolerance of test_gpu.py (atol/rtol 2e-2; empty rows: O = 0, LSE = -inf).
 """
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -19,6 +20,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the Flash
 pytest.importorskip("flash_attn.cute", reason="FlashAttention-4 (flash-attn-4) is not installed")
 
 import wavealign  # noqa: E402
+import wavealign.bench  # noqa: E402
 from wavealign import fa4  # noqa: E402
 from wa_testing import expand_mask, random_mask  # noqa: E402
 
@@ -187,18 +189,39 @@ def test_hand_written_plug_in_path_equals_the_convenience_call():
 
 
 def test_benchmark_skips_fa4_rows_with_a_reason_without_flash_attn():
-    """bench/gpu/bench_peers.py: without flash_attn.cute the FA4 rows are skipped, saying why."""
+    """wavealign.bench (and bench/gpu/bench_peers.py through it): without flash_attn.cute the FA4 rows are
+    skipped, saying why."""
     bench = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu"
     code = ("import sys; sys.modules['flash_attn'] = None; sys.path.insert(0, sys.argv[1]); import bench_peers; "
             "fa4, reason = bench_peers.fa4_or_reason(); print(fa4 is None, reason)")
     result = subprocess.run([sys.executable, "-c", code, str(bench)], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("True flash_attn.cute is not importable")
-    sys.path.insert(0, str(bench))
-    try:
-        import bench_peers
-    finally:
-        sys.path.remove(str(bench))
-    assert bench_peers.implementations("flashattention4") == ("flashattention4",)
-    with pytest.raises(Exception, match="subset of flexattention,sdpa,flashattention4"):
-        bench_peers.implementations("flexattention,fa3")
-    assert bench_peers.fa4_or_reason()[1] is None  # here flash_attn.cute imports (the package staged on PYTHONPATH)
+    assert wavealign.bench.fa4_or_reason()[1] is None  # here it imports
+
+
+def run_bench_module(*args):
+    return subprocess.run([sys.executable, "-m", "wavealign.bench", *map(str, args)], capture_output=True, text=True)
+
+
+def test_bench_module_without_a_gpu_says_so_and_checks_its_arguments(tmp_path):
+    mask = random_mask(np.random.default_rng(8), 2, 6, 6)
+    np.save(tmp_path / "mask.npy", mask)
+    plan = wavealign.plan(mask, skip="never", wave_size=2)
+    np.save(tmp_path / "perm.npy", plan.permutation)
+    np.save(tmp_path / "bad-perm.npy", np.zeros((2, 6), np.int32))
+    good = ["--mask", tmp_path / "mask.npy", "--perm", "original", "--perm", f"wavealign={tmp_path / 'perm.npy'}"]
+    result = run_bench_module(*good)
+    assert result.returncode == 0, result.stderr
+    if not torch.cuda.is_available():
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        assert rows == [{"skipped": impl, "reason": "no CUDA device"} for impl in wavealign.bench.IMPLS]
+    for bad, message in (([f"--perm=bad={tmp_path / 'bad-perm.npy'}"], "argument --perm: "),
+                         (["--perm", "original"], "argument --perm: 'original' needs a new order name"),
+                         (["--impls", "fa3"], "argument --impls: "), (["--warmup-ms", "nan"], "argument --warmup-ms: "),
+                         (["--iters", "0"], "argument --iters: ")):
+        result = run_bench_module(*good, *bad)
+        assert result.returncode == 2 and message in result.stderr, (bad, result.stderr)
+    assert "must hold one permutation" in run_bench_module(*good[:2], f"--perm=bad={tmp_path / 'bad-perm.npy'}").stderr
+    np.save(tmp_path / "float-mask.npy", mask.astype(np.float32))
+    result = run_bench_module("--mask", tmp_path / "float-mask.npy")
+    assert result.returncode == 2 and "argument --mask" in result.stderr
