@@ -558,27 +558,46 @@ def _set_item(schedule, item: int, value):
     return schedule
 
 
-def _attention_op(corrupt: Callable[[Any], Any]):
-    """torch.ops.wavealign.sparse_attention called as wavealign.sparse_attention calls it, its schedule
-    argument corrupted."""
+def recorded_call(call: Callable[[], Any], op: str) -> tuple[Any, list]:
+    """(op overload, positional arguments) of the first torch.ops.wavealign.<op> call that `call` makes, so a
+    case can replay the op as the Python entry points call it, with one argument corrupted."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    plan = _torch_plan()
     calls = []
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func._schema.name == "wavealign::sparse_attention":
+            if func._schema.name == f"wavealign::{op}":
                 calls.append((func, list(args)))
             return func(*args, **(kwargs or {}))
 
-    q, k, v = _torch_qkv(plan)
     with Record():
-        _wa().sparse_attention(q, k, v, plan)
-    func, args = calls[0]
-    index = next(i for i, argument in enumerate(func._schema.arguments) if argument.name.startswith("schedule"))
-    args[index] = corrupt(args[index])
+        call()
+    return calls[0]
+
+
+def replay(func: Any, args: list, **replaced: Any) -> Any:
+    """Calls the recorded op again with the named arguments (names of its schema) replaced."""
+    names = [argument.name for argument in func._schema.arguments]
+    args = list(args)
+    for name, value in replaced.items():
+        args[names.index(name)] = value
     return func(*args)
+
+
+def schedule_argument(func: Any) -> str:
+    """The name of the op's schedule argument ("schedule" or "schedules")."""
+    return next(argument.name for argument in func._schema.arguments if argument.name.startswith("schedule"))
+
+
+def _attention_op(corrupt: Callable[[Any], Any]):
+    """torch.ops.wavealign.sparse_attention called as wavealign.sparse_attention calls it, its schedule
+    argument corrupted."""
+    plan = _torch_plan()
+    q, k, v = _torch_qkv(plan)
+    func, args = recorded_call(lambda: _wa().sparse_attention(q, k, v, plan), "sparse_attention")
+    name = schedule_argument(func)
+    return replay(func, args, **{name: corrupt(args[[a.name for a in func._schema.arguments].index(name)])})
 
 
 # ---- running and rendering ----------------------------------------------------------------------------------

@@ -27,9 +27,9 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the prope
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 from torch.nn.attention.flex_attention import BlockMask  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import wavealign  # noqa: E402
+from bad_inputs import recorded_call, replay, schedule_argument  # noqa: E402
 from wa_testing import csr_of, dense_attention, expand_mask, flex_of  # noqa: E402
 
 wavealign.ops.register()
@@ -168,40 +168,6 @@ def bits(value) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.contiguous().view(torch.uint8).numpy()
     return np.ascontiguousarray(value).view(np.uint8)
-
-
-class RecordedOps(TorchDispatchMode):
-    """Records the torch.ops.wavealign calls that the Python entry points make, so a test can replay one with
-    a corrupted argument (found by its name in the op's schema)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "wavealign":
-            self.calls.append((func, args))
-        return func(*args, **(kwargs or {}))
-
-
-def recorded_call(call, op: str):
-    """(op overload, positional arguments) of the first torch.ops.wavealign.<op> call that `call` makes."""
-    with RecordedOps() as recorded:
-        call()
-    return next((func, list(args)) for func, args in recorded.calls if func._schema.name == f"wavealign::{op}")
-
-
-def replay(func, args: list, **replaced):
-    """Calls the op again with the named arguments replaced."""
-    names = [argument.name for argument in func._schema.arguments]
-    args = list(args)
-    for name, value in replaced.items():
-        args[names.index(name)] = value
-    return func(*args)
-
-
-def schedule_argument(func) -> str:
-    return next(argument.name for argument in func._schema.arguments if argument.name.startswith("schedule"))
 
 
 # ---- plans --------------------------------------------------------------------------------------------------
