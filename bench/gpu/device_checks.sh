@@ -32,10 +32,11 @@ if [ "$what" != bench ]; then
   timeout 60 "$tests_dir/wa_test_dispatch" >>"$logs/tests.log" 2>&1
   echo "wa_test_dispatch rc=$?"
   for test in MatchesReference AllRowsEmpty BitwiseInvariantAcrossSchedules SawtoothMatchesReference \
-              SawtoothOddWavesMatchAscending DenseModeEqualsFullMask CapturableInCudaGraph SanitizerSmallCase; do
+              SawtoothOddWavesMatchAscending DenseModeEqualsFullMask CapturableInCudaGraph SanitizerSmallCase \
+              BatchInOneLaunchEqualsOneLaunchPerEntry InvalidMaskRecordWritesNaNAndReadsNoMask; do
     start=$(date +%s)
     limit=60
-    [ "$test" = MatchesReference ] && limit=120
+    [ "$test" = MatchesReference ] || [ "$test" = BatchInOneLaunchEqualsOneLaunchPerEntry ] && limit=120
     timeout $limit "$tests_dir/wa_test_attention" --gtest_filter="Attention.$test" >>"$logs/tests.log" 2>&1
     echo "Attention.$test rc=$? ($(($(date +%s) - start)) s)"
   done
@@ -44,7 +45,8 @@ if [ "$what" != bench ]; then
   : >"$logs/sanitizer.log"
   for tool in memcheck racecheck synccheck; do
     timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$tests_dir/wa_test_attention" \
-      --gtest_filter=Attention.SanitizerSmallCase >>"$logs/sanitizer.log" 2>&1
+      --gtest_filter=Attention.SanitizerSmallCase:Attention.InvalidMaskRecordWritesNaNAndReadsNoMask \
+      >>"$logs/sanitizer.log" 2>&1
     echo "compute-sanitizer $tool rc=$?"
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|hazard" "$logs/sanitizer.log" | sort | uniq -c | head -20

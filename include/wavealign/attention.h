@@ -13,6 +13,24 @@
 
 struct CUstream_st;
 
+// Every compiled kernel, one X(path, element, head_dim, block) each (square blocks: q_block = kv_block =
+// block), grouped by the translation unit that instantiates it: one per (element, head_dim) for the CuTe-heavy
+// Hopper kernels, one per element for the portable ones. The dispatch table, the instantiation units,
+// query_support's answers and the GPU tests' parameter lists all expand these lists, so a configuration is
+// added or removed in one place. The sm90 group is compiled only with sm_90a and the CuTe headers.
+#define WA_SM90_BF16_D128_KERNELS(X) X(kSm90, kBf16, 128, 128) X(kSm90, kBf16, 128, 64)
+#define WA_SM90_BF16_D64_KERNELS(X) X(kSm90, kBf16, 64, 128) X(kSm90, kBf16, 64, 64)
+#define WA_SM90_FP16_D128_KERNELS(X) X(kSm90, kFp16, 128, 128) X(kSm90, kFp16, 128, 64)
+#define WA_SM90_FP16_D64_KERNELS(X) X(kSm90, kFp16, 64, 128) X(kSm90, kFp16, 64, 64)
+#define WA_SM80_BF16_KERNELS(X) \
+  X(kSm80, kBf16, 128, 128) X(kSm80, kBf16, 128, 64) X(kSm80, kBf16, 64, 128) X(kSm80, kBf16, 64, 64)
+#define WA_SM80_FP16_KERNELS(X) \
+  X(kSm80, kFp16, 128, 128) X(kSm80, kFp16, 128, 64) X(kSm80, kFp16, 64, 128) X(kSm80, kFp16, 64, 64)
+#define WA_SM90_KERNELS(X) \
+  WA_SM90_BF16_D128_KERNELS(X) WA_SM90_BF16_D64_KERNELS(X) WA_SM90_FP16_D128_KERNELS(X) WA_SM90_FP16_D64_KERNELS(X)
+#define WA_SM80_KERNELS(X) WA_SM80_BF16_KERNELS(X) WA_SM80_FP16_KERNELS(X)
+#define WA_ATTENTION_KERNELS(X) WA_SM90_KERNELS(X) WA_SM80_KERNELS(X)
+
 namespace wavealign::cuda {
 
 using Stream = CUstream_st*;  // cudaStream_t
@@ -23,34 +41,51 @@ enum class ElementType { kBf16, kFp16 };
 /// the portable mma.sync kernel on sm_80/86/89; kSm80 forces the portable kernel (it also runs on sm_90).
 enum class KernelPath { kAuto, kSm90, kSm80 };
 
-/// One attention call. Q, K, V, O are [heads, tokens, head_dim] with the given strides (elements; the last
-/// dimension contiguous); LSE is [heads, tokens] float32 (natural log). The mask is CSR in the original row
-/// order (row r = head * q_blocks + query block, ascending KV indices). The kernel pops schedule items from
-/// an atomic ticket in array order and reads Q / writes O and LSE at each item's original rows.
+/// One attention call over a batch. Q, K, V, O are [batch, heads, tokens, head_dim] with the given strides
+/// (elements; the last dimension contiguous); each tensor has its own batch stride, and all share the head
+/// and token strides. LSE is [batch, heads, tokens] float32 (natural log), contiguous. The mask is CSR in
+/// the original row order over `mask_heads` heads: row r = mask head * q_blocks + query block, ascending KV
+/// indices. mask_heads = heads shares one mask across the batch; mask_heads = batch * heads gives every
+/// batch entry its own. The schedule names (head, q_block) items with head = b * heads + h in
+/// [0, batch * heads): the kernel pops them from an atomic ticket in array order, reads Q / writes O and LSE
+/// at each item's original rows of entry (b, h), and walks mask row (mask_heads == heads ? h : head) *
+/// q_blocks + q_block. One launch runs the whole batch.
 struct SparseAttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
   float* lse = nullptr;  // may be null: LSE not written
+  int batch = 1;
   int heads = 0;
+  int mask_heads = 0;  // 0 = heads (one mask shared by the batch); else heads or batch * heads
   int64_t tokens = 0;
   int head_dim = 128;
   BlockShape block;
   ElementType element_type = ElementType::kBf16;
   float scale = 0;  // softmax scale; 0 = 1/sqrt(head_dim)
-  int64_t head_stride = 0;   // 0 = tokens * head_dim
+  int64_t head_stride = 0;   // 0 = tokens * token_stride
   int64_t token_stride = 0;  // 0 = head_dim
+  int64_t q_batch_stride = 0;  // 0 = heads * head_stride (likewise k, v, o)
+  int64_t k_batch_stride = 0;
+  int64_t v_batch_stride = 0;
+  int64_t o_batch_stride = 0;
   bool dense = false;        // every row visits every KV block; row_ptr/col_idx unused
-  const int64_t* row_ptr = nullptr;     // device, [heads * q_blocks + 1]
+  const int64_t* row_ptr = nullptr;     // device, [mask_heads * q_blocks + 1]
   const int32_t* col_idx = nullptr;     // device, [nnz]
-  const ScheduleItem* schedule = nullptr;  // device, [heads * q_blocks]
+  const ScheduleItem* schedule = nullptr;  // device, [batch * heads * q_blocks]
+  // Device, may be null: the validation record of the plan that made row_ptr / col_idx / schedule (a GPU
+  // plan validates its mask on the device). Nonzero = that mask was invalid: the kernel then reads neither
+  // the mask nor the schedule and writes O = NaN and LSE = NaN for every row, so nothing is computed from
+  // an invalid mask. The plan raises at its first host access.
+  const int32_t* mask_error = nullptr;
   Traversal traversal = Traversal::kAscending;
   KernelPath path = KernelPath::kAuto;
 };
 
 /// Answers "can this run here?" with the same dispatch the launch uses; `reason` names what is missing.
-/// Supported: bf16/fp16, head_dim 64/128, blocks 128x128 and 64x64, sm_80 or newer (Hopper kernel on sm_90).
+/// Supported: the configurations of WA_ATTENTION_KERNELS (bf16/fp16, head_dim 128/64, blocks 128x128 and
+/// 64x64), sm_80 or newer (Hopper kernel on sm_90).
 /// device -1 = the current device. Looks at the shape, dtype, block, path and device only, not the pointers.
 struct Support {
   bool supported = false;

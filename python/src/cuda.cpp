@@ -75,30 +75,37 @@ void bind_cuda(nb::module_& module) {
   module.def(
       "cuda_sparse_attention",
       [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t row_ptr, uintptr_t col_idx,
-         uintptr_t schedule, uintptr_t workspace, uintptr_t stream, int heads, int64_t tokens, int head_dim,
-         int q_block, int kv_block, const std::string& element_type, float scale, int64_t head_stride,
-         int64_t token_stride, const std::string& traversal, const std::string& kernel) {
+         uintptr_t schedule, uintptr_t mask_error, uintptr_t workspace, uintptr_t stream, int batch, int heads,
+         int mask_heads, int64_t tokens, int head_dim, int q_block, int kv_block, const std::string& element_type,
+         float scale, int64_t head_stride, int64_t token_stride, const std::tuple<int64_t, int64_t, int64_t, int64_t>&
+         batch_strides, const std::string& traversal, const std::string& kernel) {
         cuda::SparseAttentionArgs args = shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel);
         args.q = pointer<const void>(q);
         args.k = pointer<const void>(k);
         args.v = pointer<const void>(v);
         args.o = pointer<void>(o);
         args.lse = pointer<float>(lse);
+        args.batch = batch;
+        args.mask_heads = mask_heads;
         args.row_ptr = pointer<const int64_t>(row_ptr);
         args.col_idx = pointer<const int32_t>(col_idx);
         args.schedule = pointer<const ScheduleItem>(schedule);
+        args.mask_error = pointer<const int32_t>(mask_error);
         args.scale = scale;
         args.head_stride = head_stride;
         args.token_stride = token_stride;
+        std::tie(args.q_batch_stride, args.k_batch_stride, args.v_batch_stride, args.o_batch_stride) = batch_strides;
         args.traversal = from_string<Traversal>(traversal);
         nb::gil_scoped_release unlocked;
         cuda::sparse_attention(args, pointer<void>(workspace), pointer<CUstream_st>(stream));
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"), nb::arg("row_ptr"), nb::arg("col_idx"),
-      nb::arg("schedule"), nb::arg("workspace"), nb::arg("stream"), nb::arg("heads"), nb::arg("tokens"),
-      nb::arg("head_dim"), nb::arg("q_block"), nb::arg("kv_block"), nb::arg("element_type"), nb::arg("scale"),
-      nb::arg("head_stride"), nb::arg("token_stride"), nb::arg("traversal"), nb::arg("kernel"),
-      "Launches the fused kernel on `stream` (device addresses as integers; lse may be 0).");
+      nb::arg("schedule"), nb::arg("mask_error"), nb::arg("workspace"), nb::arg("stream"), nb::arg("batch"),
+      nb::arg("heads"), nb::arg("mask_heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"),
+      nb::arg("kv_block"), nb::arg("element_type"), nb::arg("scale"), nb::arg("head_stride"), nb::arg("token_stride"),
+      nb::arg("batch_strides"), nb::arg("traversal"), nb::arg("kernel"),
+      "Launches the fused kernel on `stream` over the whole batch (device addresses as integers; lse and "
+      "mask_error may be 0; batch_strides: (q, k, v, o) in elements).");
 }
 
 #else

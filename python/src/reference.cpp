@@ -2,6 +2,7 @@
 #include <nanobind/stl/optional.h>
 
 #include <optional>
+#include <string>
 #include <span>
 
 #include "arrays.h"
@@ -27,37 +28,39 @@ std::span<float> float_output(const OutArray& array, const char* argument) {
   return {static_cast<float*>(array.data()), array.size()};
 }
 
-// q, k, v, o: float32 [heads, tokens, head_dim]; lse: float32 [heads, tokens]. row_ptr covers the heads*q_blocks
-// rows of this call and may be a slice of a larger mask's row_ptr (its entries then start past 0; they index
-// the whole col_idx). schedule: int32 [heads*q_blocks, 2] (head, query block) or None.
+// q, k, v, o: float32 [batch, heads, tokens, head_dim] or [heads, tokens, head_dim]; lse: float32 [batch,
+// heads, tokens] or [heads, tokens]. row_ptr covers mask_heads*q_blocks rows with mask_heads = heads (shared by
+// the batch) or batch*heads. schedule: int32 [batch*heads*q_blocks, 2] (head = b*heads + h, query block) or None.
 void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o,
                                 const OutArray& lse, const AnyArray& row_ptr, const AnyArray& col_idx, int q_block,
                                 int kv_block, float scale, const std::optional<AnyArray>& schedule) {
   const std::span<const float> q_values = float_values(q, "q");
-  require_ndim(q, "q", 3);
+  WA_CHECK_ARG(q.ndim() == 3 || q.ndim() == 4, "q", "must be [batch, heads, tokens, head_dim] or [heads, tokens, "
+               "head_dim], got ", q.ndim(), " dimensions");
+  const size_t first = q.ndim() - 3;
   AttentionShape shape;
-  shape.heads = checked_int(int64_t(q.shape(0)), "q", "heads");
-  shape.tokens = int64_t(q.shape(1));
-  shape.head_dim = checked_int(int64_t(q.shape(2)), "q", "head_dim");
+  shape.batch = first == 1 ? checked_int(int64_t(q.shape(0)), "q", "batch") : 1;
+  shape.heads = checked_int(int64_t(q.shape(first)), "q", "heads");
+  shape.tokens = int64_t(q.shape(first + 1));
+  shape.head_dim = checked_int(int64_t(q.shape(first + 2)), "q", "head_dim");
   shape.block = {q_block, kv_block};
   WA_CHECK_ARG(q_block > 0, "q_block", "must be > 0, got ", q_block);
   WA_CHECK_ARG(kv_block > 0, "kv_block", "must be > 0, got ", kv_block);
+  WA_CHECK_ARG(shape.tokens > 0, "q", "has no tokens");
 
-  const std::vector<int64_t> pointers = to_int64_vector(row_ptr, "row_ptr");
-  const std::vector<int32_t> columns = to_int32_vector(col_idx, "col_idx");
-  const int64_t rows = int64_t(shape.heads) * shape.q_blocks();
-  WA_CHECK_ARG(int64_t(pointers.size()) == rows + 1, "row_ptr", "has ", pointers.size(),
-               " entries, expected heads*q_blocks+1 = ", rows + 1);
-  const int64_t begin = pointers.front(), end = pointers.back();
-  WA_CHECK_ARG(begin >= 0 && begin <= end && end <= int64_t(columns.size()), "row_ptr", "spans [", begin, ", ", end,
-               ") outside col_idx of ", columns.size(), " entries");
   CsrMask mask;
-  mask.heads = shape.heads;
-  mask.q_blocks = shape.q_blocks();
+  mask.row_ptr = to_int64_vector(row_ptr, "row_ptr");
+  mask.col_idx = to_int32_vector(col_idx, "col_idx");
+  const int64_t rows = int64_t(mask.row_ptr.size()) - 1;
+  const int64_t q_blocks = shape.q_blocks();
+  WA_CHECK_ARG(rows == shape.heads * q_blocks || rows == int64_t(shape.entries()) * q_blocks, "row_ptr", "has ",
+               mask.row_ptr.size(), " entries, expected mask_heads*q_blocks+1 with mask_heads = heads = ",
+               shape.heads, (shape.batch > 1 ? " or batch*heads = " + std::to_string(shape.entries()) : ""),
+               " and q_blocks = ", q_blocks);
+  mask.heads = static_cast<int>(rows / q_blocks);
+  mask.q_blocks = static_cast<int>(q_blocks);
   mask.kv_blocks = shape.kv_blocks();
-  mask.row_ptr.reserve(pointers.size());
-  for (int64_t pointer : pointers) mask.row_ptr.push_back(pointer - begin);
-  mask.col_idx.assign(columns.begin() + begin, columns.begin() + end);
+  mask.validate();  // names row_ptr / col_idx
 
   std::optional<Schedule> order;
   if (schedule) {
@@ -68,8 +71,8 @@ void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyA
     WA_CHECK_ARG(schedule->shape(1) == 2, "schedule", "must be [items, 2] (head, q_block), got [",
                  schedule->shape(0), ", ", schedule->shape(1), "]");
     order.emplace();
-    order->heads = shape.heads;
-    order->q_blocks = shape.q_blocks();
+    order->heads = shape.entries();
+    order->q_blocks = mask.q_blocks;
     const auto* pairs = static_cast<const int32_t*>(schedule->data());
     order->items.resize(schedule->shape(0));
     for (size_t t = 0; t < order->items.size(); ++t) order->items[t] = {pairs[2 * t], pairs[2 * t + 1]};

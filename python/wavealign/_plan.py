@@ -8,8 +8,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _core, _gpu_plan, _profile, _rows, ops
-from ._util import (block_pair, blocks_for, check_choice, check_int, heads_view_shape, host_array, invalid,
-                    is_torch_tensor, torch_or_none)
+from ._util import (INT64_MAX, UINT64_MAX, block_pair, blocks_for, check_choice, check_int, heads_view_shape,
+                    host_array, invalid, is_torch_tensor, torch_or_none)
 
 
 @dataclass
@@ -31,20 +31,23 @@ class _DeviceState:
 
     permutation, inverse: int32 [H, MB]; row_ptr int64 [H*MB + 1] and col_idx int32 [nnz]: the mask's CSR,
     made by `csr` on first use (a GPU-built plan derives it from its device mask, which synchronizes once);
-    schedules: (batch, heads, head_order) -> int32 [Bs, heads*MB, 2].
+    schedules: (batch, heads, head_order) -> int32 [Bs, heads*MB, 2], one per launch of B*H entries renumbered
+    from 0, and ("launch", batch, heads, head_order) -> int32 [batch*heads*MB, 2], the one launch of the batch.
     """
 
     def __init__(self, device: Any, permutation: Any, inverse: Any, csr: Callable[[], tuple[Any, Any]]) -> None:
         self.device = device
         self.permutation = permutation
         self.inverse = inverse
-        self.schedules: dict[tuple[int, int, str], Any] = {}
+        self.schedules: dict[tuple[Any, ...], Any] = {}
         self._make_csr = csr
         self._csr: tuple[Any, Any] | None = None
+        ops.trust(permutation, inverse)
 
     def _pair(self) -> tuple[Any, Any]:
         if self._csr is None:
             self._csr = self._make_csr()
+            ops.trust(*self._csr)
         return self._csr
 
     @property
@@ -103,7 +106,7 @@ class Plan:
             self._inverse_cache = handle.inverses()
             if source.framework == "torch":
                 # The tensors of the default call are made now, so a compiled caller finds them ready.
-                self._batch_schedule(self._state(source.device), 1, self.heads, "sequential")
+                self._launch_tensors(source.device, 1, self.heads, "sequential")
 
     def __repr__(self) -> str:
         # A GPU-built plan's skip flags are on the device until read: repr does not synchronize for them.
@@ -134,6 +137,12 @@ class Plan:
         if self._stats is None:
             self._stats = self._handle.stats()
         return self._stats
+
+    @property
+    def source_block_mask(self) -> Any:
+        """The FlexAttention BlockMask the plan was built from (its mask_mod included), or None for a dense or
+        CSR mask."""
+        return self._source.flex if self._source.format == "flex" else None
 
     @property
     def _permutation_host(self) -> np.ndarray:
@@ -253,6 +262,31 @@ class Plan:
             state.schedules[key] = schedule
         return schedule
 
+    def _launch_arrays(self, batch: int, heads: int, head_order: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Host (row_ptr int64 [mask_heads*MB+1], col_idx int32 [nnz], schedule int32 [batch*heads*MB, 2]) of
+        one call over the batch: the per-launch schedules one after another, heads renumbered b*heads + h."""
+        row_ptr, col_idx = self._host_csr()
+        per_launch = self._batch_schedule_host(batch, heads, head_order)
+        offsets = np.stack([np.arange(batch, dtype=np.int32) * heads, np.zeros(batch, np.int32)], axis=-1)
+        return row_ptr, col_idx, np.ascontiguousarray((per_launch + offsets[:, None, :]).reshape(-1, 2))
+
+    def _launch_tensors(self, device: Any, batch: int, heads: int, head_order: str) -> tuple[Any, Any, Any, Any]:
+        """The tensors of _launch_arrays on a torch device (a GPU plan builds them there), cached and trusted by
+        the ops, plus the plan's device validation record (None: this plan's mask was validated on the host)."""
+        state = self._state(device)
+        key = ("launch", batch, heads, head_order)
+        schedule = state.schedules.get(key)
+        if schedule is None:
+            import torch
+
+            per_launch = self._batch_schedule(state, batch, heads, head_order)
+            first = torch.arange(batch, dtype=torch.int32, device=state.device) * heads
+            offsets = torch.stack([first, torch.zeros_like(first)], dim=-1)
+            schedule = (per_launch + offsets[:, None, :]).reshape(-1, 2).contiguous()
+            state.schedules[key] = schedule
+            ops.trust(schedule)
+        return state.row_ptr, state.col_idx, schedule, None
+
     # ---- plug-in path: run any kernel in plan order ------------------------------------------------------
 
     def permute_rows(self, x: Any) -> Any:
@@ -265,6 +299,7 @@ class Plan:
         block = self.block_size[0]
         if is_torch_tensor(x):
             ops.register()
+            ops.refuse_grad(torch_or_none(), ((x, "x"),), "wavealign.Plan.permute_rows")
             self._check_permute_input(tuple(x.shape), "x")
             return torch_or_none().ops.wavealign.permute_rows(x, self._state(x.device).permutation, block)
         return _rows.permute_numpy(host_array(x, "x"), self._permutation_host, block, "x")
@@ -276,6 +311,7 @@ class Plan:
         length = _rows.check_seq_len(seq_len, self.q_blocks, block)
         if is_torch_tensor(o):
             ops.register()
+            ops.refuse_grad(torch_or_none(), ((o, "o"),), "wavealign.Plan.unpermute_rows")
             if len(o.shape) < 2 or o.shape[-2] != self.q_blocks * block:
                 raise invalid("o", f"must be [..., {self.q_blocks * block}, d] (q_blocks*block tokens), "
                                    f"got shape {list(o.shape)}")
@@ -416,7 +452,7 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
     gpu = check_choice(gpu, "gpu", "gpu")
     wave = 0 if wave_size is None else check_int(wave_size, "wave_size", 1)
     iterations = check_int(iterations, "iterations", 1)
-    seed = check_int(seed, "seed", 0)
+    seed = check_int(seed, "seed", 0, UINT64_MAX)
     threads = check_int(threads, "threads", 0)
     head_dim = check_int(head_dim, "head_dim", 1)
     if isinstance(plan_reuse, bool) or not isinstance(plan_reuse, (int, float)) or not plan_reuse > 0:
@@ -425,7 +461,7 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
     if planner not in PLANNERS:
         raise invalid("planner", f"unknown value {planner!r} (expected one of: {', '.join(PLANNERS)})")
     parsed = _profile.resolve(profile)
-    tokens = None if tokens is None else check_int(tokens, "tokens", 0)
+    tokens = None if tokens is None else check_int(tokens, "tokens", 0, INT64_MAX)
 
     if planner != "cpu" and _on_cuda(block_mask):
         if planner == "gpu" or _gpu_plan.available():

@@ -1,4 +1,5 @@
-"""Moving query blocks of [..., L, d] tensors into plan order and back (the plug-in path).
+"""Moving query blocks of [..., L, d] numpy arrays into plan order and back (the plug-in path; the torch
+versions are the ops of wavealign.ops).
 
 Both directions gather whole tokens: output token t of block p comes from token index[p] * block + t % block
 of the input. Permuting pads a partial last block with zeros first, so the permuted tensor always holds
@@ -24,10 +25,6 @@ def _token_index_numpy(block_index: np.ndarray, block: int, length: int) -> np.n
 def _check_rows(x_shape: tuple[int, ...], argument: str) -> None:
     if len(x_shape) < 2:
         raise invalid(argument, f"must be [..., L, d], got shape {list(x_shape)}")
-
-
-def permuted_length(q_blocks: int, block: int) -> int:
-    return q_blocks * block
 
 
 def permute_numpy(x: np.ndarray, permutation: np.ndarray, block: int, argument: str = "x") -> np.ndarray:
@@ -73,37 +70,3 @@ def check_seq_len(seq_len: Any, q_blocks: int, block: int) -> int:
     if not (padded - block < int(seq_len) <= padded):
         raise invalid("seq_len", f"= {seq_len} does not match {q_blocks} query blocks of {block} tokens")
     return int(seq_len)
-
-
-def permute_torch(x: Any, permutation: Any, block: int) -> Any:
-    """torch version of permute_numpy; `permutation` is an integer tensor on x's device."""
-    import torch
-    import torch.nn.functional as functional
-
-    heads, q_blocks = permutation.shape
-    padded = q_blocks * block
-    length = x.shape[-2]
-    if length != padded:
-        x = functional.pad(x, (0, 0, 0, padded - length))
-    view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
-    index = _token_index_torch(permutation, block, padded).reshape(*view, padded, 1)
-    return torch.take_along_dim(x, index, dim=-2)
-
-
-def unpermute_torch(x: Any, inverse: Any, block: int, seq_len: int) -> Any:
-    """torch version of unpermute_numpy; seq_len is already resolved (see check_seq_len)."""
-    import torch
-
-    heads, _ = inverse.shape
-    view = heads_view_shape(tuple(x.shape[:-2]), heads, "o")
-    index = _token_index_torch(inverse, block, seq_len).reshape(*view, seq_len, 1)
-    return torch.take_along_dim(x, index, dim=-2)
-
-
-def _token_index_torch(block_index: Any, block: int, length: int) -> Any:
-    import torch
-
-    heads, q_blocks = block_index.shape
-    offsets = torch.arange(block, dtype=torch.int64, device=block_index.device)
-    tokens = block_index.to(torch.int64)[:, :, None] * block + offsets
-    return tokens.reshape(heads, q_blocks * block)[:, :length]

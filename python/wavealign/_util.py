@@ -77,12 +77,22 @@ def check_choice(value: Any, argument: str, kind: str) -> str:
     return value
 
 
-def check_int(value: Any, argument: str, minimum: int | None = None) -> int:
+# Ranges of the C++ integer types behind the arguments: a Python int outside them would otherwise reach the
+# extension and fail there with a TypeError that names no argument.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+
+def check_int(value: Any, argument: str, minimum: int | None = None, maximum: int = INT32_MAX) -> int:
+    """An int (not a bool) in minimum..maximum; maximum defaults to the range of a C++ int."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise invalid(argument, f"must be an int, got {type(value).__name__}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise invalid(argument, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise invalid(argument, f"must be <= {maximum}, got {value}")
     return value
 
 

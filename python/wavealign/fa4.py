@@ -20,6 +20,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from . import flex
 from ._plan import Plan
 from ._util import blocks_for, check_int, check_scale, heads_view_shape, invalid, require_torch
 
@@ -41,34 +42,21 @@ def _flash_attn_cute() -> Any:
 def _check_plan(plan: Any) -> Plan:
     if not isinstance(plan, Plan):
         raise invalid("plan", f"must be a wavealign.Plan, got {type(plan).__name__}")
-    source = plan._source
-    if source.format != "flex":
-        return plan
-    mask_mod = getattr(source.flex, "mask_mod", None)
-    if mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask":
-        return plan
-    partial = int(_host_sum(source.flex.kv_num_blocks))
-    if partial:
-        raise invalid("plan", f"was built from a FlexAttention BlockMask with {partial} partial block(s) whose "
-                              "tokens its mask_mod masks; FA4's block-sparse tensors made here hold every kept "
-                              "block in full, so those blocks would be computed unmasked. Build the BlockMask "
-                              "from full blocks only, or run FlexAttention in plan order with "
+    if flex.masks_tokens(plan):
+        raise invalid("plan", "was built from a FlexAttention BlockMask whose partial blocks carry a mask_mod "
+                              "(token-level masking inside blocks); FA4's block-sparse tensors made here hold "
+                              "every kept block in full, so those blocks would be computed unmasked. Build the "
+                              "BlockMask from full blocks only, or run FlexAttention in plan order with "
                               "wavealign.flex.block_mask(plan, seq_len), which keeps the mask_mod")
     return plan
-
-
-def _host_sum(value: Any) -> Any:
-    """Sum of a numpy array or torch tensor (a device tensor synchronizes once)."""
-    total = value.sum()
-    return total.item() if hasattr(total, "item") else total
 
 
 def _mask_batch_heads(plan: Plan, heads: int | None) -> tuple[int, int]:
     """(B, H) of FA4's [B, H, MB] arrays: H = the attention's heads; B = 1 for a mask shared by the batch,
     else mask heads / H (one mask per batch entry and head)."""
     if heads is None:
-        source = plan._source
-        return source.flex_batch_heads if source.format == "flex" else (1, plan.heads)
+        source = plan.source_block_mask
+        return (1, plan.heads) if source is None else tuple(int(n) for n in source.kv_num_blocks.shape[:2])
     heads = check_int(heads, "heads", 1)
     if plan.heads == 1:  # one mask for every head and batch entry: FA4 broadcasts [1, 1, MB]
         return 1, 1
@@ -105,7 +93,8 @@ def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, 
                                  f"the plan has {plan.kv_blocks}")
     batch, attention_heads = _mask_batch_heads(plan, heads)
     if device is None:
-        device = plan._source.device if plan._source.framework == "torch" else "cpu"
+        permutation = plan.permutation
+        device = permutation.device if isinstance(permutation, torch.Tensor) else "cpu"
     device = torch.device(device)
     cache = _tensors_of_plan.setdefault(plan, {})
     key = (seq_len, batch, attention_heads, device.type, device.index)

@@ -6,11 +6,14 @@
     o = plan.unpermute_rows(o_perm, seq_len=L)         # equal to flex_attention in the original order
 
 Only the query side moves: K and V stay in place, and row p of the new mask is row permutation[p] of the old.
+The mask_mod of a FlexAttention mask is kept, so this is also the path for masks with partial blocks, which
+wavealign.sparse_attention refuses (its kernel computes whole blocks).
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any, Callable
 
 from ._plan import Plan
@@ -27,9 +30,9 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
 
     The query length of the mask is MB*q_block, the length of plan.permute_rows(q). For a plan built from a
     FlexAttention BlockMask, partial and full blocks stay apart and mask_mod sees original query positions
-    (token q of block p is token q of block permutation[p]; padding tokens are clamped into the sequence).
-    A plan from a dense or CSR mask gives every kept block in full (no mask_mod), with its heads as
-    FlexAttention's head dimension and batch 1.
+    (token q of block p is token q of block permutation[p]; padding tokens are clamped into the sequence), so
+    token-level masking inside partial blocks is kept. A plan from a dense or CSR mask gives every kept block
+    in full (no mask_mod), with its heads as FlexAttention's head dimension and batch 1.
     """
     torch = require_torch("wavealign.flex.block_mask")
     from torch.nn.attention.flex_attention import BlockMask
@@ -41,31 +44,77 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
     if blocks_for(seq_len, kv_block) != plan.kv_blocks:
         raise invalid("seq_len", f"= {seq_len} gives {blocks_for(seq_len, kv_block)} KV blocks of {kv_block}, "
                                  f"the plan has {plan.kv_blocks}")
-    source = plan._source
-    if device is None:
-        device = source.device if source.framework == "torch" else torch.device("cpu")
-    device = torch.device(device)
     q_blocks = plan.q_blocks
+    source = plan.source_block_mask
     tensors: dict[str, Any] = {}
     mask_mod = None
-    if source.format == "flex":
-        batch, heads = source.flex_batch_heads
-        permutation = plan._state(source.device).permutation.to(torch.int64).view(batch, heads, q_blocks)
+    if source is not None:
+        home = torch.as_tensor(source.kv_num_blocks).device
+        device = home if device is None else torch.device(device)
+        batch, heads = (int(n) for n in source.kv_num_blocks.shape[:2])
+        permutation = torch.as_tensor(plan.permutation).to(home, torch.int64).view(batch, heads, q_blocks)
         for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
-            value = getattr(source.flex, name, None)
-            tensors[name] = None if value is None else _gather_rows(torch, value, permutation).to(device)
-        mask_mod = _permuted_mask_mod(torch, getattr(source.flex, "mask_mod", None), permutation.to(device),
-                                      q_block, source.seq_lengths[0])
+            value = getattr(source, name, None)
+            if value is not None:
+                value = _gather_rows(torch, torch.as_tensor(value), permutation).to(device)
+            tensors[name] = value
+        seq_lengths = getattr(source, "seq_lengths", None)
+        q_len = int(seq_lengths[0]) if seq_lengths is not None else q_blocks * q_block
+        mask_mod = _permuted_mask_mod(torch, _token_mask_mod(source), permutation.to(device), q_block, q_len)
     else:
-        counts, indices = plan._handle.permuted_mask().flex()
-        tensors["kv_num_blocks"] = torch.from_numpy(counts).view(1, plan.heads, q_blocks).to(device)
-        tensors["kv_indices"] = torch.from_numpy(indices).view(1, plan.heads, q_blocks, plan.kv_blocks).to(device)
+        dense = _permuted_dense(torch, plan)
+        device = dense.device if device is None else torch.device(device)
+        dense = dense.to(device)
+        tensors["kv_num_blocks"] = dense.sum(-1, dtype=torch.int32)[None]
+        # Kept blocks first, ascending; FlexAttention ignores the entries past each row's count.
+        tensors["kv_indices"] = torch.argsort((~dense).to(torch.uint8), dim=-1, stable=True).to(torch.int32)[None]
     options = {"BLOCK_SIZE": (q_block, kv_block), "mask_mod": mask_mod, "seq_lengths": (q_blocks * q_block, seq_len),
                "full_kv_num_blocks": tensors.get("full_kv_num_blocks"),
                "full_kv_indices": tensors.get("full_kv_indices")}
     accepted = inspect.signature(BlockMask.from_kv_blocks).parameters
     options = {name: value for name, value in options.items() if name in accepted and value is not None}
     return BlockMask.from_kv_blocks(tensors["kv_num_blocks"], tensors["kv_indices"], **options)
+
+
+def masks_tokens(plan: Plan) -> bool:
+    """Whether the plan's FlexAttention mask masks tokens inside blocks: a mask_mod other than noop_mask, and at
+    least one partial block (kv_num_blocks; full blocks need no mask_mod). False for dense and CSR plans.
+
+    The count is read once per plan and mask version (for a CUDA BlockMask that read synchronizes once).
+    """
+    source = plan.source_block_mask
+    if source is None or _token_mask_mod(source) is None:
+        return False
+    counts = source.kv_num_blocks
+    version = getattr(counts, "_version", None)
+    cached = _masks_tokens.get(plan)
+    if cached is None or cached[0] != version:
+        cached = (version, bool((counts != 0).any()))
+        _masks_tokens[plan] = cached
+    return cached[1]
+
+
+_masks_tokens: weakref.WeakKeyDictionary[Plan, tuple[Any, bool]] = weakref.WeakKeyDictionary()
+
+
+def _token_mask_mod(source: Any) -> Callable | None:
+    """The BlockMask's mask_mod unless it keeps every token (None or noop_mask, the default of from_kv_blocks)."""
+    mask_mod = getattr(source, "mask_mod", None)
+    return None if mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask" else mask_mod
+
+
+def _permuted_dense(torch: Any, plan: Plan) -> Any:
+    """bool [H, MB, NB] tensor of plan.permuted_mask() (a CSR mask is expanded on its device)."""
+    permuted = plan.permuted_mask()
+    shape = (plan.heads, plan.q_blocks, plan.kv_blocks)
+    if not isinstance(permuted, tuple):
+        return torch.as_tensor(permuted).to(torch.bool).reshape(shape)
+    row_ptr, col_idx = (torch.as_tensor(x).to(torch.int64) for x in permuted)
+    rows = torch.arange(row_ptr.numel() - 1, device=row_ptr.device)
+    row_of = torch.repeat_interleave(rows, row_ptr[1:] - row_ptr[:-1])
+    dense = torch.zeros(shape[0] * shape[1], shape[2], dtype=torch.bool, device=row_ptr.device)
+    dense[row_of, col_idx] = True
+    return dense.reshape(shape)
 
 
 def _gather_rows(torch: Any, value: Any, permutation: Any) -> Any:
@@ -79,7 +128,7 @@ def _gather_rows(torch: Any, value: Any, permutation: Any) -> Any:
 def _permuted_mask_mod(torch: Any, mask_mod: Callable | None, permutation: Any, q_block: int,
                        q_len: int) -> Callable | None:
     """mask_mod over plan-ordered query positions: maps each back to its original position first."""
-    if mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask":
+    if mask_mod is None:
         return None
     batch, heads, _ = permutation.shape
 

@@ -1,19 +1,358 @@
-"""torch.library custom ops of wavealign, with fake (meta) implementations for torch.compile.
+"""torch.library custom ops of wavealign and their bodies, with fake (meta) implementations for torch.compile.
 
-    torch.ops.wavealign.sparse_attention(q, k, v, row_ptr, col_idx, schedules, q_block, kv_block, scale,
-                                         traversal, kernel) -> (O, LSE)
+    torch.ops.wavealign.sparse_attention(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block,
+                                         scale, traversal, kernel) -> (O, LSE)
     torch.ops.wavealign.permute_rows(x, permutation, block) -> x in plan order
     torch.ops.wavealign.unpermute_rows(x, inverse, block, seq_len) -> x in the original order
 
 They are registered the first time wavealign meets a torch tensor (or on `register()`), so importing
 wavealign never imports torch. The Python entry points (wavealign.sparse_attention, Plan.permute_rows,
 Plan.unpermute_rows) call them with the plan's tensors; a compiled module sees one opaque node per call.
+
+Every op checks what it is given. Shapes, dtypes and devices are checked on the host. Values: a CPU
+permutation, schedule or CSR is checked directly; on CUDA, a tensor that a Plan produced (registered with
+`trust`, and not written in place since) is used as it is, and any other is checked on the device with one
+host synchronization per call. The ops have no backward: an input that requires grad is refused.
 """
 
-from ._util import require_torch
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._rows import check_seq_len
+from ._util import INT32_MAX, blocks_for, check_int, heads_view_shape, invalid, require_torch
 
 _registered = False
 
+# ---- tensors a Plan produced: trusted while alive and not written in place ------------------------------------
+
+_trusted: dict[int, tuple[Any, int]] = {}
+
+
+def trust(*tensors: Any) -> None:
+    """Marks a plan's permutation, schedule or CSR tensors as valid, so the ops skip their device check.
+
+    The mark holds while the tensor lives and its version counter is unchanged: an in-place write (through
+    any view) revokes it.
+    """
+    for tensor in tensors:
+        key = id(tensor)
+        _trusted[key] = (weakref.ref(tensor, lambda _, key=key: _trusted.pop(key, None)), tensor._version)
+
+
+def is_trusted(tensor: Any) -> bool:
+    entry = _trusted.get(id(tensor))
+    return entry is not None and entry[0]() is tensor and entry[1] == tensor._version
+
+
+def _needs_value_check(tensor: Any) -> bool:
+    """CPU tensors are always checked (cheap); a CUDA tensor unless a Plan produced it."""
+    return tensor.device.type == "cpu" or not is_trusted(tensor)
+
+
+def _raise_failed(torch: Any, checks: list[tuple[str, Any, str]]) -> None:
+    """checks: (argument, 0-dim bool tensor, message). Reads all flags in one transfer (one host sync on CUDA)
+    and raises for the first that is False."""
+    if not checks:
+        return
+    flags = torch.stack([flag.reshape(()) for _, flag, _ in checks]).tolist()
+    for (argument, _, message), ok in zip(checks, flags):
+        if not ok:
+            raise invalid(argument, message)
+
+
+# ---- host checks ------------------------------------------------------------------------------------------
+
+def _check_tensor(torch: Any, value: Any, argument: str, dtype: Any, ndim: int, device: Any) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise invalid(argument, f"must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype != dtype:
+        raise invalid(argument, f"has dtype {value.dtype}, expected {dtype}")
+    if value.dim() != ndim:
+        raise invalid(argument, f"must have {ndim} dimension(s), got shape {list(value.shape)}")
+    if value.device != device:
+        raise invalid(argument, f"is on {value.device}, expected {device} (the device of the data)")
+
+
+def _check_block(block: Any, argument: str) -> int:
+    return check_int(block, argument, 1, INT32_MAX)
+
+
+def refuse_grad(torch: Any, tensors: tuple[tuple[Any, str], ...], entry_point: str) -> None:
+    """The ops have no backward: refuse inputs that would record one (grad mode on and requires_grad)."""
+    if torch.is_grad_enabled():
+        _refuse_requires_grad(torch, tensors, entry_point)
+
+
+def _refuse_requires_grad(torch: Any, tensors: tuple[tuple[Any, str], ...], entry_point: str) -> None:
+    for tensor, argument in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+            raise invalid(argument, f"requires grad, but {entry_point} has no backward (an inference path): call it "
+                                    "under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+
+
+# ---- value checks (no sync; _raise_failed reads them) -------------------------------------------------------
+
+def _permutation_checks(torch: Any, permutation: Any, argument: str) -> list[tuple[str, Any, str]]:
+    """Each head (row) a bijection of 0..MB-1."""
+    heads, q_blocks = permutation.shape
+    if not _needs_value_check(permutation) or permutation.numel() == 0:
+        return []
+    expected = torch.arange(q_blocks, dtype=permutation.dtype, device=permutation.device)
+    ok = (permutation.sort(dim=1).values == expected).all()
+    return [(argument, ok, f"is not a permutation of 0..{q_blocks - 1} in every one of its {heads} heads "
+                           "(an entry repeats or is out of range)")]
+
+
+def _schedule_checks(torch: Any, schedule: Any, entries: int, q_blocks: int) -> list[tuple[str, Any, str]]:
+    """Each (head, q_block) of entries x q_blocks exactly once."""
+    if not _needs_value_check(schedule):
+        return []
+    heads, blocks = schedule[:, 0], schedule[:, 1]
+    in_range = ((heads >= 0) & (heads < entries) & (blocks >= 0) & (blocks < q_blocks)).all()
+    keys = heads.to(torch.int64) * q_blocks + blocks
+    once = (keys.sort().values == torch.arange(keys.numel(), device=keys.device)).all()
+    return [("schedule", in_range, f"has an item outside {entries} heads x {q_blocks} query blocks"),
+            ("schedule", once, "repeats a (head, q_block) item, so another is missing")]
+
+
+def _csr_checks(torch: Any, row_ptr: Any, col_idx: Any, kv_blocks: int) -> list[tuple[str, Any, str]]:
+    """row_ptr from 0 to nnz, nondecreasing, at most kv_blocks per row; col_idx in range, ascending per row."""
+    checks = []
+    nnz = col_idx.numel()
+    if _needs_value_check(row_ptr):
+        counts = row_ptr[1:] - row_ptr[:-1]
+        ok = (row_ptr[0] == 0) & (row_ptr[-1] == nnz) & (counts >= 0).all() & (counts <= kv_blocks).all()
+        checks.append(("row_ptr", ok, f"must rise from 0 to nnz = {nnz} by at most {kv_blocks} per row"))
+    if _needs_value_check(col_idx) and nnz > 0:
+        in_range = ((col_idx >= 0) & (col_idx < kv_blocks)).all()
+        row_start = torch.zeros(nnz + 1, dtype=torch.bool, device=col_idx.device)
+        row_start[row_ptr.clamp(0, nnz)] = True
+        ascending = ((col_idx[1:] > col_idx[:-1]) | row_start[1:nnz]).all()
+        checks.append(("col_idx", in_range, f"has a KV block outside 0..{kv_blocks - 1}"))
+        checks.append(("col_idx", ascending, "must be strictly ascending within each row"))
+    return checks
+
+
+# ---- sparse_attention -------------------------------------------------------------------------------------------
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_ptr: np.ndarray, col_idx: np.ndarray,
+              schedule: np.ndarray | None, block_size: tuple[int, int],
+              scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """CPU reference on [B, H, L, d] host arrays: (O float32 [B, H, L, d], LSE float32 [B, H, L]).
+
+    row_ptr covers mask_heads*MB rows (mask_heads = H or B*H); schedule: int32 [B*H*MB, 2] (head = b*H + h) or
+    None. The C++ reference checks the CSR and the schedule.
+    """
+    q32, k32, v32 = (np.ascontiguousarray(x, dtype=np.float32) for x in (q, k, v))
+    o = np.empty(q32.shape, np.float32)
+    lse = np.empty(q32.shape[:-1], np.float32)
+    _core.reference_attention(q32, k32, v32, o, lse, row_ptr, col_idx, block_size[0], block_size[1], scale,
+                              None if schedule is None else np.ascontiguousarray(schedule, dtype=np.int32))
+    return o, lse
+
+
+def cuda_element(dtype: Any) -> str:
+    """The kernel's element type name for a torch dtype (bf16 / fp16 only)."""
+    import torch
+
+    names = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+    if dtype not in names:
+        raise invalid("q", f"has dtype {dtype}; the CUDA kernel takes torch.bfloat16 or torch.float16")
+    return names[dtype]
+
+
+def _readable_in_place(x: Any) -> bool:
+    """Whether the kernel can read (or write) x [B, H, L, d] where it is: d contiguous, rows 16-byte aligned and
+    at least d apart, the other strides positive multiples of 8 elements (16 bytes) wherever the size is above 1."""
+    if x.shape[-1] > 1 and x.stride(-1) != 1:
+        return False
+    if (x.storage_offset() * x.element_size()) % 16 or (x.shape[2] > 1 and x.stride(2) < x.shape[3]):
+        return False
+    return all(size == 1 or (stride > 0 and stride % 8 == 0) for size, stride in zip(x.shape[:3], x.stride()[:3]))
+
+
+def _same_head_layout(a: Any, b: Any) -> bool:
+    """Equal head and token strides wherever the size is above 1 (each tensor keeps its own batch stride)."""
+    return all(size == 1 or sa == sb for size, sa, sb in zip(a.shape[1:3], a.stride()[1:3], b.stride()[1:3]))
+
+
+def output_like(q: Any, k: Any, v: Any) -> tuple[Any, Any, bool]:
+    """(O, LSE) buffers for q [B, H, L, d], and whether q, k, v must be made contiguous first.
+
+    The kernel reads q, k, v and writes O with one head and token stride and a batch stride per tensor. When
+    all three can be read in place, share q's head and token strides, and empty_like(q) reproduces them (q is
+    dense), O takes them and nothing is copied; otherwise q, k, v and O are all contiguous. The fake (meta)
+    implementation and the CPU body call this too, so every implementation agrees on O's strides.
+    """
+    import torch
+
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    if all(_readable_in_place(x) for x in (q, k, v)) and _same_head_layout(q, k) and _same_head_layout(q, v):
+        o = torch.empty_like(q)
+        if _readable_in_place(o) and _same_head_layout(q, o):
+            return o, lse, False
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse, True
+
+
+def _check_attention_inputs(torch: Any, q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any,
+                            mask_error: Any, q_block: Any, kv_block: Any) -> tuple[int, int, int]:
+    """Host checks of a sparse_attention op call, then the value checks of whatever a Plan did not produce.
+    Returns (mask_heads, q_blocks, kv_blocks)."""
+    if q.dim() != 4:
+        raise invalid("q", f"must be [B, H, L, d], got shape {list(q.shape)}")
+    for x, name in ((k, "k"), (v, "v")):
+        if tuple(x.shape) != tuple(q.shape) or x.dtype != q.dtype or x.device != q.device:
+            raise invalid(name, f"must match q ({list(q.shape)}, {q.dtype}, {q.device}), got "
+                                f"{list(x.shape)}, {x.dtype}, {x.device}")
+    batch, heads, length, _ = (int(n) for n in q.shape)
+    if min(q.shape) < 1:
+        raise invalid("q", f"has an empty dimension: {list(q.shape)}")
+    q_blocks = blocks_for(length, _check_block(q_block, "q_block"))
+    kv_blocks = blocks_for(length, _check_block(kv_block, "kv_block"))
+    _check_tensor(torch, row_ptr, "row_ptr", torch.int64, 1, q.device)
+    _check_tensor(torch, col_idx, "col_idx", torch.int32, 1, q.device)
+    _check_tensor(torch, schedule, "schedule", torch.int32, 2, q.device)
+    rows = row_ptr.numel() - 1
+    if rows not in (heads * q_blocks, batch * heads * q_blocks):
+        raise invalid("row_ptr", f"has {rows + 1} entries, expected mask_heads*q_blocks+1 with mask_heads = H = "
+                                 f"{heads} or B*H = {batch * heads} and q_blocks = {q_blocks}")
+    entries = batch * heads
+    if tuple(schedule.shape) != (entries * q_blocks, 2):
+        raise invalid("schedule", f"has shape {list(schedule.shape)}, expected [B*H*q_blocks, 2] = "
+                                  f"[{entries * q_blocks}, 2]")
+    if mask_error is not None:
+        _check_tensor(torch, mask_error, "mask_error", torch.int32, 1, q.device)
+        if mask_error.numel() < 1:
+            raise invalid("mask_error", "is empty (a validation record holds one int32)")
+    for tensor, name in ((row_ptr, "row_ptr"), (col_idx, "col_idx"), (schedule, "schedule")):
+        if not tensor.is_contiguous():
+            raise invalid(name, "must be contiguous")
+    _raise_failed(torch, _csr_checks(torch, row_ptr, col_idx, kv_blocks) +
+                  _schedule_checks(torch, schedule, entries, q_blocks))
+    return rows // q_blocks, q_blocks, kv_blocks
+
+
+def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
+                  q_block: int, kv_block: int, scale: float) -> tuple[Any, Any]:
+    """CPU torch tensors through the float32 reference; O has q's dtype. A nonzero mask_error gives NaN, as the
+    kernel does."""
+    import torch
+
+    _check_attention_inputs(torch, q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block)
+    o, lse, _ = output_like(q, k, v)
+    if mask_error is not None and int(mask_error[0]) != 0:
+        return o.fill_(float("nan")), lse.fill_(float("nan"))
+    arrays = [x.detach().to(torch.float32).contiguous().numpy() for x in (q, k, v)]
+    o32, lse32 = reference(*arrays, row_ptr.numpy(), col_idx.numpy(), schedule.numpy(), (q_block, kv_block), scale)
+    o.copy_(torch.from_numpy(o32))
+    lse.copy_(torch.from_numpy(lse32))
+    return o, lse
+
+
+@functools.lru_cache(maxsize=64)
+def _supported(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: int, element: str, kernel: str,
+               device: int) -> tuple[bool, str, str]:
+    return _core.cuda_query_support(heads, tokens, head_dim, q_block, kv_block, element, kernel, device)
+
+
+def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
+                   q_block: int, kv_block: int, scale: float, traversal: str, kernel: str) -> tuple[Any, Any]:
+    """The fused kernel: the whole batch in one launch, on the current torch stream of q's device."""
+    import torch
+
+    if not _core.has_cuda:
+        raise RuntimeError("wavealign was built without its CUDA kernels (nvcc was not found when it was "
+                           "compiled), so CUDA tensors cannot run the fused kernel; use CPU tensors (reference) "
+                           "or the plug-in path (Plan.permute_rows with your own kernel)")
+    element = cuda_element(q.dtype)
+    mask_heads, _, _ = _check_attention_inputs(torch, q, k, v, row_ptr, col_idx, schedule, mask_error, q_block,
+                                               kv_block)
+    o, lse, copy = output_like(q, k, v)
+    if copy:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    batch, heads, length, head_dim = q.shape
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    supported, reason, _ = _supported(heads, length, head_dim, q_block, kv_block, element, kernel, device)
+    if not supported:
+        raise RuntimeError(f"the wavealign CUDA kernel cannot run this call: {reason}")
+    workspace = torch.empty(_core.cuda_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel),
+                            dtype=torch.uint8, device=q.device)
+    # A stride of a size-1 dimension is never stepped over: 0 lets the kernel take its default.
+    batch_strides = tuple(x.stride(0) if batch > 1 else 0 for x in (q, k, v, o))
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream().cuda_stream
+        _core.cuda_sparse_attention(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), row_ptr.data_ptr(),
+            col_idx.data_ptr(), schedule.data_ptr(), 0 if mask_error is None else mask_error.data_ptr(),
+            workspace.data_ptr(), stream, batch, heads, mask_heads, length, head_dim, q_block, kv_block, element,
+            scale, q.stride(1) if heads > 1 else 0, q.stride(2) if length > 1 else 0, batch_strides, traversal,
+            kernel)
+    return o, lse
+
+
+# ---- permute_rows / unpermute_rows ---------------------------------------------------------------------------
+
+def _token_index(torch: Any, block_index: Any, block: int, length: int) -> Any:
+    """[heads, q_blocks] block order -> [heads, length] int64 token order."""
+    heads, q_blocks = block_index.shape
+    offsets = torch.arange(block, dtype=torch.int64, device=block_index.device)
+    tokens = block_index.to(torch.int64)[:, :, None] * block + offsets
+    return tokens.reshape(heads, q_blocks * block)[:, :length]
+
+
+def _check_rows_op(torch: Any, x: Any, index: Any, block: Any, index_name: str) -> int:
+    """Host checks shared by permute_rows and unpermute_rows; returns block as an int."""
+    block = _check_block(block, "block")
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise invalid("x", f"must be a [..., L, d] torch.Tensor, got {getattr(x, 'shape', type(x).__name__)}")
+    _check_tensor(torch, index, index_name, torch.int32, 2, x.device)
+    heads_view_shape(tuple(x.shape[:-2]), index.shape[0], "x")
+    return block
+
+
+def permute_rows(x: Any, permutation: Any, block: Any) -> Any:
+    """x [..., L, d] -> [..., MB*block, d]: query block p of each head is block permutation[h, p] of x (zero
+    padding first when L is not a multiple of block)."""
+    import torch
+    import torch.nn.functional as functional
+
+    block = _check_rows_op(torch, x, permutation, block, "permutation")
+    heads, q_blocks = permutation.shape
+    padded = q_blocks * block
+    length = x.shape[-2]
+    if not (padded - block < length <= padded):
+        raise invalid("x", f"has {length} tokens, expected {padded - block + 1}..{padded} for {q_blocks} query "
+                           f"blocks of {block}")
+    _raise_failed(torch, _permutation_checks(torch, permutation, "permutation"))
+    if length != padded:
+        x = functional.pad(x, (0, 0, 0, padded - length))
+    view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
+    index = _token_index(torch, permutation, block, padded).reshape(*view, padded, 1)
+    return torch.take_along_dim(x, index, dim=-2)
+
+
+def unpermute_rows(x: Any, inverse: Any, block: Any, seq_len: Any) -> Any:
+    """Inverse of permute_rows: x [..., MB*block, d] in plan order -> [..., seq_len, d] in the original order."""
+    import torch
+
+    block = _check_rows_op(torch, x, inverse, block, "inverse")
+    heads, q_blocks = inverse.shape
+    if x.shape[-2] != q_blocks * block:
+        raise invalid("x", f"has {x.shape[-2]} tokens, expected q_blocks*block = {q_blocks * block}")
+    length = check_seq_len(seq_len, q_blocks, block)
+    _raise_failed(torch, _permutation_checks(torch, inverse, "inverse"))
+    view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
+    index = _token_index(torch, inverse, block, length).reshape(*view, length, 1)
+    return torch.take_along_dim(x, index, dim=-2)
+
+
+# ---- registration ---------------------------------------------------------------------------------------------
 
 def register() -> None:
     """Registers the ops with torch (once; later calls return at once)."""
@@ -21,42 +360,59 @@ def register() -> None:
     if _registered:
         return
     torch = require_torch("wavealign's torch ops")
-    from . import _attention, _rows
 
     @torch.library.custom_op("wavealign::sparse_attention", mutates_args=(),
                              schema="(Tensor q, Tensor k, Tensor v, Tensor row_ptr, Tensor col_idx, "
-                                    "Tensor schedules, int q_block, int kv_block, float scale, str traversal, "
-                                    "str kernel) -> (Tensor, Tensor)")
-    def sparse_attention(q, k, v, row_ptr, col_idx, schedules, q_block, kv_block, scale, traversal, kernel):
+                                    "Tensor schedule, Tensor? mask_error, int q_block, int kv_block, float scale, "
+                                    "str traversal, str kernel) -> (Tensor, Tensor)")
+    def sparse_attention(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal,
+                         kernel):
         if q.device.type == "cuda":
-            return _attention.attention_op_cuda(q, k, v, row_ptr, col_idx, schedules, q_block, kv_block, scale,
-                                                traversal, kernel)
+            return attention_cuda(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale,
+                                  traversal, kernel)
         if q.device.type != "cpu":
-            raise ValueError(f"invalid argument 'q': device {q.device} is not supported (cpu or cuda)")
-        return _attention.attention_op_cpu(q, k, v, row_ptr.cpu(), col_idx.cpu(), schedules.cpu(), q_block,
-                                           kv_block, scale)
+            raise invalid("q", f"is on {q.device}, which is not supported (cpu or cuda)")
+        return attention_cpu(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale)
 
     @sparse_attention.register_fake
-    def _(q, k, v, row_ptr, col_idx, schedules, q_block, kv_block, scale, traversal, kernel):
-        o, lse, _ = _attention.output_like(q, k, v)
+    def _(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal, kernel):
+        o, lse, _ = output_like(q, k, v)
         return o, lse
 
     @torch.library.custom_op("wavealign::permute_rows", mutates_args=(),
                              schema="(Tensor x, Tensor permutation, int block) -> Tensor")
-    def permute_rows(x, permutation, block):
-        return _rows.permute_torch(x, permutation, block)
+    def permute(x, permutation, block):
+        return permute_rows(x, permutation, block)
 
-    @permute_rows.register_fake
+    @permute.register_fake
     def _(x, permutation, block):
         return x.new_empty((*x.shape[:-2], permutation.shape[-1] * block, x.shape[-1]))
 
     @torch.library.custom_op("wavealign::unpermute_rows", mutates_args=(),
                              schema="(Tensor x, Tensor inverse, int block, int seq_len) -> Tensor")
-    def unpermute_rows(x, inverse, block, seq_len):
-        return _rows.unpermute_torch(x, inverse, block, seq_len)
+    def unpermute(x, inverse, block, seq_len):
+        return unpermute_rows(x, inverse, block, seq_len)
 
-    @unpermute_rows.register_fake
+    @unpermute.register_fake
     def _(x, inverse, block, seq_len):
         return x.new_empty((*x.shape[:-2], seq_len, x.shape[-1]))
 
+    # No backward: a call that would record one (an input requires grad, grad mode on) is refused as it returns,
+    # before any graph is built. The Python entry points refuse it before the call.
+    for op, names, entry_point in ((sparse_attention, ("q", "k", "v"), "wavealign.sparse_attention"),
+                                   (permute, ("x",), "wavealign.Plan.permute_rows"),
+                                   (unpermute, ("x",), "wavealign.Plan.unpermute_rows")):
+        op.register_autograd(_no_backward, setup_context=functools.partial(_refuse_recording, torch, names,
+                                                                           entry_point))
     _registered = True
+
+
+def _refuse_recording(torch: Any, names: tuple[str, ...], entry_point: str, ctx: Any, inputs: tuple[Any, ...],
+                      output: Any) -> None:
+    """setup_context of the ops: called only when the call would record a backward, so it always raises."""
+    _refuse_requires_grad(torch, tuple(zip(inputs, names)), entry_point)
+    raise RuntimeError(f"{entry_point} has no backward")
+
+
+def _no_backward(ctx: Any, *grads: Any) -> None:
+    raise RuntimeError("wavealign's ops have no backward")

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,6 +14,7 @@ namespace wavealign {
 namespace {
 
 void check_shape(const AttentionShape& shape) {
+  WA_CHECK_ARG(shape.batch > 0, "batch", "must be > 0, got ", shape.batch);
   WA_CHECK_ARG(shape.heads > 0, "heads", "must be > 0, got ", shape.heads);
   WA_CHECK_ARG(shape.tokens > 0, "tokens", "must be > 0, got ", shape.tokens);
   WA_CHECK_ARG(shape.head_dim > 0, "head_dim", "must be > 0, got ", shape.head_dim);
@@ -25,9 +27,11 @@ void check_size(size_t actual, size_t expected, const char* argument, const char
 }
 
 void check_mask(const CsrMask& mask, const AttentionShape& shape) {
-  WA_CHECK_ARG(mask.heads == shape.heads && mask.q_blocks == shape.q_blocks() && mask.kv_blocks == shape.kv_blocks(),
-               "mask", "is ", mask.heads, "x", mask.q_blocks, "x", mask.kv_blocks, " (heads x q_blocks x kv_blocks), "
-               "expected ", shape.heads, "x", shape.q_blocks(), "x", shape.kv_blocks());
+  const bool heads_match = mask.heads == shape.heads || mask.heads == shape.entries();
+  WA_CHECK_ARG(heads_match && mask.q_blocks == shape.q_blocks() && mask.kv_blocks == shape.kv_blocks(), "mask",
+               "is ", mask.heads, "x", mask.q_blocks, "x", mask.kv_blocks, " (heads x q_blocks x kv_blocks), "
+               "expected ", shape.heads, (shape.batch > 1 ? " or " + std::to_string(shape.entries()) : ""), "x",
+               shape.q_blocks(), "x", shape.kv_blocks());
   try {
     mask.validate();
   } catch (const InvalidArgument& error) {
@@ -37,14 +41,14 @@ void check_mask(const CsrMask& mask, const AttentionShape& shape) {
 
 void check_schedule(const Schedule& schedule, const AttentionShape& shape) {
   const int q_blocks = shape.q_blocks();
-  WA_CHECK_ARG(schedule.heads == shape.heads && schedule.q_blocks == q_blocks, "schedule", "is for ", schedule.heads,
-               "x", schedule.q_blocks, " rows, expected ", shape.heads, "x", q_blocks);
-  const size_t rows = size_t(shape.heads) * q_blocks;
+  WA_CHECK_ARG(schedule.heads == shape.entries() && schedule.q_blocks == q_blocks, "schedule", "is for ",
+               schedule.heads, "x", schedule.q_blocks, " rows, expected ", shape.entries(), "x", q_blocks);
+  const size_t rows = size_t(shape.entries()) * q_blocks;
   WA_CHECK_ARG(schedule.items.size() == rows, "schedule", "has ", schedule.items.size(), " items, expected ", rows);
   std::vector<char> seen(rows, 0);
   for (size_t t = 0; t < rows; ++t) {
     const ScheduleItem& item = schedule.items[t];
-    WA_CHECK_ARG(item.head >= 0 && item.head < shape.heads && item.q_block >= 0 && item.q_block < q_blocks,
+    WA_CHECK_ARG(item.head >= 0 && item.head < shape.entries() && item.q_block >= 0 && item.q_block < q_blocks,
                  "schedule", "item ", t, " = (", item.head, ", ", item.q_block, ") is outside the mask");
     const size_t row = size_t(item.head) * q_blocks + item.q_block;
     WA_CHECK_ARG(!seen[row], "schedule", "item ", t, " repeats (", item.head, ", ", item.q_block, ")");
@@ -128,18 +132,18 @@ void reference_attention(const AttentionShape& shape, std::span<const float> q, 
                          std::span<const float> v, const CsrMask& mask, float scale, std::span<float> o,
                          std::span<float> lse, const Schedule* schedule) {
   check_shape(shape);
-  const size_t elements = size_t(shape.heads) * size_t(shape.tokens) * size_t(shape.head_dim);
-  check_size(q.size(), elements, "q", "heads*tokens*head_dim");
-  check_size(k.size(), elements, "k", "heads*tokens*head_dim");
-  check_size(v.size(), elements, "v", "heads*tokens*head_dim");
+  const size_t elements = size_t(shape.entries()) * size_t(shape.tokens) * size_t(shape.head_dim);
+  check_size(q.size(), elements, "q", "batch*heads*tokens*head_dim");
+  check_size(k.size(), elements, "k", "batch*heads*tokens*head_dim");
+  check_size(v.size(), elements, "v", "batch*heads*tokens*head_dim");
   check_mask(mask, shape);
   WA_CHECK_ARG(std::isfinite(scale), "scale", "must be finite, got ", scale);
-  check_size(o.size(), elements, "o", "heads*tokens*head_dim");
-  check_size(lse.size(), size_t(shape.heads) * size_t(shape.tokens), "lse", "heads*tokens");
+  check_size(o.size(), elements, "o", "batch*heads*tokens*head_dim");
+  check_size(lse.size(), size_t(shape.entries()) * size_t(shape.tokens), "lse", "batch*heads*tokens");
   if (schedule) check_schedule(*schedule, shape);
 
   const int q_blocks = shape.q_blocks();
-  const size_t rows = size_t(shape.heads) * q_blocks;
+  const size_t rows = size_t(shape.entries()) * q_blocks;
   auto row_at = [&](size_t position) {
     if (schedule) return schedule->items[position];
     return ScheduleItem{int32_t(position / q_blocks), int32_t(position % q_blocks)};
@@ -153,8 +157,8 @@ void reference_attention(const AttentionShape& shape, std::span<const float> q, 
     RowScratch scratch{std::vector<float>(shape.block.kv_block), std::vector<float>(shape.head_dim)};
     for (size_t position = next++; position < rows; position = next++) {
       const ScheduleItem item = row_at(position);
-      attend_row(shape, q, k, v, mask.row(item.head, item.q_block), scale, item.head, item.q_block, o, lse,
-                 scratch);
+      attend_row(shape, q, k, v, mask.row(item.head % mask.heads, item.q_block), scale, item.head, item.q_block, o,
+                 lse, scratch);
     }
   };
   std::vector<std::jthread> threads;
@@ -169,6 +173,7 @@ namespace {
 std::vector<float> move_token_blocks(std::span<const float> x, const AttentionShape& shape,
                                      std::span<const int32_t> permutations, int dim, bool gather) {
   check_shape(shape);
+  WA_CHECK_ARG(shape.batch == 1, "batch", "must be 1 (x is [heads, tokens, dim]), got ", shape.batch);
   WA_CHECK_ARG(dim > 0, "dim", "must be > 0, got ", dim);
   const size_t head_values = size_t(shape.tokens) * dim;
   check_size(x.size(), size_t(shape.heads) * head_values, "x", "heads*tokens*dim");

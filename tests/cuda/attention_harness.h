@@ -110,49 +110,63 @@ DeviceBuffer upload(const std::vector<T>& host) {
   return buffer;
 }
 
-/// One random problem. Values are exactly representable in `type` (the reference sees what the GPU sees).
-/// Q/K/V/O share padded strides: token_stride = head_dim + kTokenPad, head_stride = tokens * token_stride +
-/// kHeadGap, so stray writes into padding are caught.
+/// The four strided tensors of a call.
+enum TensorIndex { kQ, kK, kV, kO };
+
+/// One random problem over `shape.batch` entries. Values are exactly representable in `type` (the reference
+/// sees what the GPU sees). Q/K/V/O share padded head and token strides: token_stride = head_dim + kTokenPad,
+/// head_stride = tokens * token_stride + kHeadGap; batch entries sit heads * head_stride + kBatchGaps[tensor]
+/// apart, a different gap per tensor, so stray writes into padding and mixed-up batch strides are caught.
 struct Problem {
   static constexpr int kTokenPad = 8;
   static constexpr int kHeadGap = 64;
+  static constexpr int64_t kBatchGaps[4] = {128, 256, 64, 192};
 
   AttentionShape shape;
   ElementType type = ElementType::kBf16;
-  std::vector<float> q, k, v;  // [heads, tokens, head_dim] contiguous
-  BlockMask mask;
+  std::vector<float> q, k, v;  // [batch, heads, tokens, head_dim] contiguous
+  BlockMask mask;              // heads (shared by the batch) or batch * heads heads
   float scale = 0;
 
   int64_t token_stride() const { return shape.head_dim + kTokenPad; }
   int64_t head_stride() const { return shape.tokens * token_stride() + kHeadGap; }
-  size_t padded_elements() const { return size_t(shape.heads) * size_t(head_stride()); }
+  int64_t batch_stride(TensorIndex tensor) const { return shape.heads * head_stride() + kBatchGaps[tensor]; }
+  size_t padded_elements(TensorIndex tensor) const { return size_t(shape.batch) * size_t(batch_stride(tensor)); }
+  /// Element offset of entry e = b * heads + h, token t, column c in `tensor`'s padded layout.
+  size_t padded_offset(TensorIndex tensor, int entry, int64_t token, int column) const {
+    const int b = entry / shape.heads;
+    return size_t(b) * batch_stride(tensor) + size_t(entry - b * shape.heads) * head_stride() +
+           size_t(token) * token_stride() + column;
+  }
   float effective_scale() const { return scale > 0 ? scale : 1.f / std::sqrt(float(shape.head_dim)); }
 };
 
-/// Row r of each head is kept with probability `density`; row 0 of head 0 is forced empty and row 1 of head
-/// 0 (if present) fully dense; every head also keeps its last KV block (partial when tokens % block != 0)
-/// in its last row, so the tail mask is exercised.
+/// Row r of each mask head is kept with probability `density`; row 0 of head 0 is forced empty and row 1 of
+/// head 0 (if present) fully dense; every head also keeps its last KV block (partial when tokens % block != 0)
+/// in its last row, so the tail mask is exercised. `per_entry_mask` gives each of the batch entries its own
+/// mask (batch * heads mask heads) instead of one shared by the batch.
 inline Problem make_problem(int heads, int64_t tokens, int head_dim, int block, ElementType type, double density,
-                            uint64_t seed) {
+                            uint64_t seed, int batch = 1, bool per_entry_mask = false) {
   Problem problem;
-  problem.shape = AttentionShape{heads, tokens, head_dim, BlockShape{block, block}};
+  problem.shape = AttentionShape{heads, tokens, head_dim, BlockShape{block, block}, batch};
   problem.type = type;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.5f, 1.5f);
-  const size_t elements = size_t(heads) * size_t(tokens) * size_t(head_dim);
+  const size_t elements = size_t(batch) * size_t(heads) * size_t(tokens) * size_t(head_dim);
   for (std::vector<float>* x : {&problem.q, &problem.k, &problem.v}) {
     x->resize(elements);
     for (float& value : *x) value = round_to(uniform(rng), type);
   }
+  const int mask_heads = per_entry_mask ? batch * heads : heads;
   const int q_blocks = problem.shape.q_blocks();
   const int kv_blocks = problem.shape.kv_blocks();
-  problem.mask = BlockMask(heads, q_blocks, kv_blocks);
+  problem.mask = BlockMask(mask_heads, q_blocks, kv_blocks);
   std::bernoulli_distribution keep(density);
-  for (int h = 0; h < heads; ++h)
+  for (int h = 0; h < mask_heads; ++h)
     for (int r = 0; r < q_blocks; ++r)
       for (int c = 0; c < kv_blocks; ++c)
         if (keep(rng)) problem.mask.set(h, r, c);
-  for (int h = 0; h < heads; ++h) problem.mask.set(h, q_blocks - 1, kv_blocks - 1);
+  for (int h = 0; h < mask_heads; ++h) problem.mask.set(h, q_blocks - 1, kv_blocks - 1);
   for (int c = 0; c < kv_blocks; ++c) {
     problem.mask.set(0, 0, c, false);
     if (q_blocks > 2) problem.mask.set(0, 1, c, true);
@@ -170,7 +184,7 @@ inline Reference compute_reference(const Problem& problem) {
   Reference ref;
   const size_t elements = problem.q.size();
   ref.o.resize(elements);
-  ref.lse.resize(size_t(problem.shape.heads) * size_t(problem.shape.tokens));
+  ref.lse.resize(size_t(problem.shape.entries()) * size_t(problem.shape.tokens));
   reference_attention(problem.shape, problem.q, problem.k, problem.v, problem.mask.to_csr(),
                       problem.effective_scale(), ref.o, ref.lse);
   for (float x : ref.o) ref.rounding_error = std::max(ref.rounding_error, std::fabs(round_to(x, problem.type) - x));
@@ -179,26 +193,30 @@ inline Reference compute_reference(const Problem& problem) {
 
 /// What one launch wrote, plus checks of the padding it must not touch.
 struct Output {
-  std::vector<uint16_t> o_bits;  // [heads, tokens, head_dim] (logical, padding removed)
-  std::vector<float> lse;        // [heads, tokens]
+  std::vector<uint16_t> o_bits;  // [batch, heads, tokens, head_dim] (logical, padding removed)
+  std::vector<float> lse;        // [batch, heads, tokens]
   size_t padding_written = 0;    // padding elements that lost their poison
 };
+
+/// Poison of the outputs before a launch: 0xFFFF is NaN in bf16 and fp16 (LSE gets 0xFFFFFFFF, also NaN).
+constexpr uint8_t kPoisonByte = 0xFF;
 
 /// Device copy of a problem; runs the kernel under any schedule / traversal / path.
 class GpuProblem {
  public:
   explicit GpuProblem(const Problem& problem) : problem_(problem) {
-    q_ = upload(padded(problem.q));
-    k_ = upload(padded(problem.k));
-    v_ = upload(padded(problem.v));
-    o_ = DeviceBuffer(problem.padded_elements() * 2);
-    lse_ = DeviceBuffer(size_t(problem.shape.heads) * problem.shape.tokens * sizeof(float));
+    q_ = upload(padded(problem.q, kQ));
+    k_ = upload(padded(problem.k, kK));
+    v_ = upload(padded(problem.v, kV));
+    o_ = DeviceBuffer(problem.padded_elements(kO) * 2);
+    lse_ = DeviceBuffer(size_t(problem.shape.entries()) * problem.shape.tokens * sizeof(float));
     const CsrMask csr = problem.mask.to_csr();
     row_ptr_ = upload(csr.row_ptr);
     col_idx_ = upload(csr.col_idx);
     workspace_ = DeviceBuffer(workspace_bytes(args(nullptr, Traversal::kAscending, KernelPath::kAuto, false)));
   }
 
+  /// The whole batch in one launch.
   SparseAttentionArgs args(const ScheduleItem* schedule, Traversal traversal, KernelPath path, bool dense) const {
     SparseAttentionArgs a;
     a.q = q_.get();
@@ -206,7 +224,9 @@ class GpuProblem {
     a.v = v_.get();
     a.o = o_.get();
     a.lse = lse_.as<float>();
+    a.batch = problem_.shape.batch;
     a.heads = problem_.shape.heads;
+    a.mask_heads = problem_.mask.heads();
     a.tokens = problem_.shape.tokens;
     a.head_dim = problem_.shape.head_dim;
     a.block = problem_.shape.block;
@@ -214,6 +234,10 @@ class GpuProblem {
     a.scale = problem_.scale;
     a.head_stride = problem_.head_stride();
     a.token_stride = problem_.token_stride();
+    a.q_batch_stride = problem_.batch_stride(kQ);
+    a.k_batch_stride = problem_.batch_stride(kK);
+    a.v_batch_stride = problem_.batch_stride(kV);
+    a.o_batch_stride = problem_.batch_stride(kO);
     a.dense = dense;
     a.row_ptr = row_ptr_.as<int64_t>();
     a.col_idx = col_idx_.as<int32_t>();
@@ -223,59 +247,100 @@ class GpuProblem {
     return a;
   }
 
-  /// Poisons O (0xFFFF = NaN in bf16 and fp16) and LSE (NaN), launches on `stream`, downloads.
+  /// Batch entry b alone (batch 1, its heads' mask rows): what a launch per entry sees.
+  SparseAttentionArgs entry_args(int b, const ScheduleItem* schedule, Traversal traversal, KernelPath path) const {
+    SparseAttentionArgs a = args(schedule, traversal, path, false);
+    const int heads = problem_.shape.heads;
+    a.batch = 1;
+    a.mask_heads = heads;
+    a.q = q_.as<uint16_t>() + b * problem_.batch_stride(kQ);
+    a.k = k_.as<uint16_t>() + b * problem_.batch_stride(kK);
+    a.v = v_.as<uint16_t>() + b * problem_.batch_stride(kV);
+    a.o = o_.as<uint16_t>() + b * problem_.batch_stride(kO);
+    a.lse = lse_.as<float>() + size_t(b) * heads * problem_.shape.tokens;
+    if (problem_.mask.heads() != heads) a.row_ptr += size_t(b) * heads * problem_.shape.q_blocks();
+    return a;
+  }
+
+  /// Replaces the device CSR (e.g. by garbage that the kernel must not read).
+  void replace_mask(const std::vector<int64_t>& row_ptr, const std::vector<int32_t>& col_idx) {
+    row_ptr_ = upload(row_ptr);
+    col_idx_ = upload(col_idx);
+  }
+
+  /// Poisons O and LSE (with the byte of the last poison() call), launches on `stream`, downloads.
   Output run(const Schedule& schedule, Traversal traversal, KernelPath path, bool dense = false,
-             cudaStream_t stream = nullptr) {
+             cudaStream_t stream = nullptr, const int32_t* mask_error = nullptr) {
     DeviceBuffer items = upload(schedule.items);
-    poison();
-    sparse_attention(args(items.as<ScheduleItem>(), traversal, path, dense), workspace_.get(), stream);
-    if (cudaStreamSynchronize(stream) != cudaSuccess)
-      throw std::runtime_error(std::string("kernel failed: ") + cudaGetErrorString(cudaGetLastError()));
+    poison(poison_);
+    SparseAttentionArgs a = args(items.as<ScheduleItem>(), traversal, path, dense);
+    a.mask_error = mask_error;
+    sparse_attention(a, workspace_.get(), stream);
+    synchronize(stream);
     return download();
   }
 
-  void poison() {
-    if (cudaMemset(o_.get(), 0xFF, o_.bytes()) != cudaSuccess || cudaMemset(lse_.get(), 0xFF, lse_.bytes()) != cudaSuccess)
+  /// One launch per batch entry, each with `schedule` over that entry's heads.
+  Output run_per_entry(const Schedule& schedule, Traversal traversal, KernelPath path) {
+    DeviceBuffer items = upload(schedule.items);
+    poison(poison_);
+    for (int b = 0; b < problem_.shape.batch; ++b)
+      sparse_attention(entry_args(b, items.as<ScheduleItem>(), traversal, path), workspace_.get(), nullptr);
+    synchronize(nullptr);
+    return download();
+  }
+
+  void poison(uint8_t byte = kPoisonByte) {
+    poison_ = byte;
+    if (cudaMemset(o_.get(), byte, o_.bytes()) != cudaSuccess ||
+        cudaMemset(lse_.get(), byte, lse_.bytes()) != cudaSuccess)
       throw std::runtime_error("cudaMemset failed");
   }
 
   Output download() const {
-    std::vector<uint16_t> padded_o(problem_.padded_elements());
+    std::vector<uint16_t> padded_o(problem_.padded_elements(kO));
     Output out;
-    out.lse.resize(size_t(problem_.shape.heads) * problem_.shape.tokens);
+    out.lse.resize(size_t(problem_.shape.entries()) * problem_.shape.tokens);
     if (cudaMemcpy(padded_o.data(), o_.get(), o_.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess ||
         cudaMemcpy(out.lse.data(), lse_.get(), lse_.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess)
       throw std::runtime_error("cudaMemcpy to host failed");
     const auto& s = problem_.shape;
-    out.o_bits.resize(size_t(s.heads) * s.tokens * s.head_dim);
-    for (int h = 0; h < s.heads; ++h) {
+    out.o_bits.resize(size_t(s.entries()) * s.tokens * s.head_dim);
+    std::vector<char> logical(padded_o.size(), 0);
+    for (int e = 0; e < s.entries(); ++e) {
       for (int64_t t = 0; t < s.tokens; ++t) {
-        const size_t row = size_t(h) * problem_.head_stride() + size_t(t) * problem_.token_stride();
-        std::copy_n(padded_o.begin() + row, s.head_dim, out.o_bits.begin() + (size_t(h) * s.tokens + t) * s.head_dim);
-        for (int c = s.head_dim; c < problem_.token_stride(); ++c) out.padding_written += padded_o[row + c] != 0xFFFF;
+        const size_t row = problem_.padded_offset(kO, e, t, 0);
+        std::copy_n(padded_o.begin() + row, s.head_dim, out.o_bits.begin() + (size_t(e) * s.tokens + t) * s.head_dim);
+        std::fill_n(logical.begin() + row, s.head_dim, 1);
       }
-      for (int64_t c = s.tokens * problem_.token_stride(); c < problem_.head_stride(); ++c)
-        out.padding_written += padded_o[size_t(h) * problem_.head_stride() + c] != 0xFFFF;
     }
+    const uint16_t poison = uint16_t(poison_) * 0x0101u;
+    for (size_t i = 0; i < padded_o.size(); ++i) out.padding_written += !logical[i] && padded_o[i] != poison;
     return out;
   }
 
   void* workspace() const { return workspace_.get(); }
 
  private:
-  std::vector<uint16_t> padded(const std::vector<float>& x) const {
-    std::vector<uint16_t> result(problem_.padded_elements(), 0xFFFF);
+  static void synchronize(cudaStream_t stream) {
+    if (cudaStreamSynchronize(stream) != cudaSuccess)
+      throw std::runtime_error(std::string("kernel failed: ") + cudaGetErrorString(cudaGetLastError()));
+  }
+
+  std::vector<uint16_t> padded(const std::vector<float>& x, TensorIndex tensor) const {
+    std::vector<uint16_t> result(problem_.padded_elements(tensor), 0xFFFF);
     const auto& s = problem_.shape;
-    for (int h = 0; h < s.heads; ++h)
+    for (int e = 0; e < s.entries(); ++e)
       for (int64_t t = 0; t < s.tokens; ++t)
         for (int c = 0; c < s.head_dim; ++c)
-          result[size_t(h) * problem_.head_stride() + size_t(t) * problem_.token_stride() + c] =
-              to_bits(x[(size_t(h) * s.tokens + t) * s.head_dim + c], problem_.type);
+          result[problem_.padded_offset(tensor, e, t, c)] =
+              to_bits(x[(size_t(e) * s.tokens + t) * s.head_dim + c], problem_.type);
     return result;
   }
 
   Problem problem_;
   DeviceBuffer q_, k_, v_, o_, lse_, row_ptr_, col_idx_, workspace_;
+  uint8_t poison_ = kPoisonByte;
 };
 
 /// Outcome of comparing one output with the reference.
@@ -347,15 +412,58 @@ inline std::vector<std::pair<std::string, Schedule>> test_schedules(int heads, i
   return schedules;
 }
 
-/// Kernel paths this device runs (sm90 only where query_support says so). WA_TEST_KERNEL_PATHS=sm80 (or
-/// sm90) restricts the tests to one path, e.g. to keep testing one path while the other is broken.
-inline std::vector<KernelPath> device_paths(const GpuProblem& gpu) {
-  std::vector<KernelPath> paths;
+/// One compiled kernel configuration: an entry X(path, element, head_dim, block) of WA_ATTENTION_KERNELS.
+struct KernelConfig {
+  KernelPath path;
+  ElementType type;
+  int head_dim;
+  int block;
+};
+
+#define WA_TEST_KERNEL_CONFIG(path, element, head_dim, block) \
+  KernelConfig{KernelPath::path, ElementType::element, head_dim, block},
+inline const std::vector<KernelConfig> kKernelConfigs = {WA_ATTENTION_KERNELS(WA_TEST_KERNEL_CONFIG)};
+#undef WA_TEST_KERNEL_CONFIG
+
+/// (dtype, head_dim, block) of one or more compiled kernels: the tests' parameter list.
+struct KernelShape {
+  ElementType type;
+  int head_dim;
+  int block;
+  friend bool operator==(const KernelShape&, const KernelShape&) = default;
+};
+
+/// The distinct shapes of WA_ATTENTION_KERNELS, in list order, narrowed by `keep`.
+template <class Keep>
+std::vector<KernelShape> kernel_shapes(Keep keep) {
+  std::vector<KernelShape> shapes;
+  for (const KernelConfig& config : kKernelConfigs) {
+    const KernelShape shape{config.type, config.head_dim, config.block};
+    if (keep(shape) && std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
+  }
+  return shapes;
+}
+inline std::vector<KernelShape> kernel_shapes() {
+  return kernel_shapes([](const KernelShape&) { return true; });
+}
+
+/// Kernel paths of the list that compile `shape` and run on this device (query_support says so).
+/// WA_TEST_KERNEL_PATHS=sm80 (or sm90) restricts the tests to one path, e.g. to keep testing one path while
+/// the other is broken.
+inline std::vector<KernelPath> paths_here(const KernelShape& shape) {
   const char* only = std::getenv("WA_TEST_KERNEL_PATHS");
-  for (KernelPath path : {KernelPath::kSm90, KernelPath::kSm80}) {
-    if (only != nullptr && std::string(only).find(to_string(path)) == std::string::npos) continue;
-    const Support support = query_support(gpu.args(nullptr, Traversal::kAscending, path, false));
-    if (support.supported) paths.push_back(path);
+  std::vector<KernelPath> paths;
+  for (const KernelConfig& config : kKernelConfigs) {
+    if (KernelShape{config.type, config.head_dim, config.block} != shape) continue;
+    if (only != nullptr && std::string(only).find(to_string(config.path)) == std::string::npos) continue;
+    SparseAttentionArgs args;
+    args.heads = 1;
+    args.tokens = config.block;
+    args.head_dim = config.head_dim;
+    args.block = BlockShape{config.block, config.block};
+    args.element_type = config.type;
+    args.path = config.path;
+    if (query_support(args).supported) paths.push_back(config.path);
   }
   return paths;
 }

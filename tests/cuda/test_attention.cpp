@@ -1,5 +1,6 @@
 // GPU block-sparse attention against the CPU fp32 reference, bitwise invariance under schedules, sawtooth,
-// dense mode and graph capture. Every test skips visibly without a CUDA device.
+// dense mode, graph capture, a batch in one launch and the invalid-mask record. Every test skips visibly
+// without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,13 +11,7 @@
 namespace wavealign::cuda::testing {
 namespace {
 
-struct Config {
-  ElementType type;
-  int head_dim;
-  int block;
-};
-
-std::string describe(const Config& c, int64_t tokens, double density, KernelPath path) {
+std::string describe(const KernelShape& c, int64_t tokens, double density, KernelPath path) {
   std::ostringstream out;
   out << to_string(path) << " " << to_string(c.type) << " d=" << c.head_dim << " block=" << c.block << "x" << c.block
       << " tokens=" << tokens << " density=" << density;
@@ -44,25 +39,32 @@ void expect_head_matches_reference(const Problem& problem, const Output& out, in
   expect_matches_reference(one, ref, slice);
 }
 
-const Config kConfigs[] = {
-    {ElementType::kBf16, 128, 128}, {ElementType::kBf16, 128, 64}, {ElementType::kBf16, 64, 128},
-    {ElementType::kBf16, 64, 64},   {ElementType::kFp16, 128, 128}, {ElementType::kFp16, 128, 64},
-    {ElementType::kFp16, 64, 128},  {ElementType::kFp16, 64, 64},
-};
+void expect_same_bits(const Output& a, const Output& b) {
+  ASSERT_EQ(a.o_bits.size(), b.o_bits.size());
+  EXPECT_EQ(std::memcmp(a.o_bits.data(), b.o_bits.data(), a.o_bits.size() * 2), 0) << "O differs";
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4), 0) << "LSE differs";
+}
+
+// Subsets of the kernel list for the tests that need not run every shape: bf16 at d = block (128x128 with
+// d = 128, 64x64 with d = 64), and fp16 at d = 64 with 128x128 blocks.
+bool bf16_square(const KernelShape& s) { return s.type == ElementType::kBf16 && s.head_dim == s.block; }
+bool bf16_square_or_fp16_d64_b128(const KernelShape& s) {
+  return bf16_square(s) || (s.type == ElementType::kFp16 && s.head_dim == 64 && s.block == 128);
+}
 
 // Lengths: whole blocks (640), a partial last block at both block sizes (1000 = 7x128 + 104 = 15x64 + 40),
 // and one that leaves the second 64-key half of the last 128 block empty (300 = 2x128 + 44).
 TEST(Attention, MatchesReference) {
   WA_REQUIRE_GPU();
   uint64_t seed = 1;
-  for (const Config& config : kConfigs) {
+  for (const KernelShape& config : kernel_shapes()) {
     for (int64_t tokens : {640, 1000, 300}) {
       for (double density : {0.3, 1.0}) {
         const Problem problem = make_problem(2, tokens, config.head_dim, config.block, config.type, density, seed++);
         const Reference ref = compute_reference(problem);
         GpuProblem gpu(problem);
         const Schedule schedule = original_schedule(2, problem.shape.q_blocks(), HeadOrder::kSequential);
-        for (KernelPath path : device_paths(gpu)) {
+        for (KernelPath path : paths_here(config)) {
           SCOPED_TRACE(describe(config, tokens, density, path));
           expect_matches_reference(problem, ref, gpu.run(schedule, Traversal::kAscending, path));
         }
@@ -74,13 +76,13 @@ TEST(Attention, MatchesReference) {
 // Density 0: every row is empty, so O = 0 and LSE = -inf everywhere, with no NaN.
 TEST(Attention, AllRowsEmpty) {
   WA_REQUIRE_GPU();
-  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+  for (const KernelShape& config : kernel_shapes(bf16_square)) {
     Problem problem = make_problem(2, 500, config.head_dim, config.block, config.type, 0.0, 7);
     problem.mask = BlockMask(2, problem.shape.q_blocks(), problem.shape.kv_blocks());
     const Reference ref = compute_reference(problem);
     GpuProblem gpu(problem);
     const Schedule schedule = original_schedule(2, problem.shape.q_blocks(), HeadOrder::kSequential);
-    for (KernelPath path : device_paths(gpu)) {
+    for (KernelPath path : paths_here(config)) {
       SCOPED_TRACE(describe(config, 500, 0.0, path));
       const Output out = gpu.run(schedule, Traversal::kAscending, path);
       expect_matches_reference(problem, ref, out);
@@ -94,20 +96,19 @@ TEST(Attention, AllRowsEmpty) {
 // heads 0 and 7 are also checked against the reference.
 TEST(Attention, BitwiseInvariantAcrossSchedules) {
   WA_REQUIRE_GPU();
-  for (const Config& config : {kConfigs[0], kConfigs[3], kConfigs[6]}) {
+  for (const KernelShape& config : kernel_shapes(bf16_square_or_fp16_d64_b128)) {
     const int heads = 8;
     const int64_t tokens = 4000;
     const Problem problem = make_problem(heads, tokens, config.head_dim, config.block, config.type, 0.35, 11);
     GpuProblem gpu(problem);
     const auto schedules = test_schedules(heads, problem.shape.q_blocks(), 99);
-    for (KernelPath path : device_paths(gpu)) {
+    for (KernelPath path : paths_here(config)) {
       SCOPED_TRACE(describe(config, tokens, 0.35, path));
       const Output first = gpu.run(schedules.front().second, Traversal::kAscending, path);
       for (size_t s = 1; s < schedules.size(); ++s) {
         SCOPED_TRACE("schedule " + schedules[s].first);
         const Output other = gpu.run(schedules[s].second, Traversal::kAscending, path);
-        EXPECT_EQ(std::memcmp(first.o_bits.data(), other.o_bits.data(), first.o_bits.size() * 2), 0) << "O differs";
-        EXPECT_EQ(std::memcmp(first.lse.data(), other.lse.data(), first.lse.size() * 4), 0) << "LSE differs";
+        expect_same_bits(first, other);
       }
       // Reference on two heads only (the CPU cost of all eight is not needed to check the indexing).
       for (int head : {0, heads - 1}) expect_head_matches_reference(problem, first, head);
@@ -119,12 +120,12 @@ TEST(Attention, BitwiseInvariantAcrossSchedules) {
 // bitwise. Here the grid holds every item (one wave); the next test has odd waves.
 TEST(Attention, SawtoothMatchesReference) {
   WA_REQUIRE_GPU();
-  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+  for (const KernelShape& config : kernel_shapes(bf16_square)) {
     const Problem problem = make_problem(2, 1000, config.head_dim, config.block, config.type, 0.5, 21);
     const Reference ref = compute_reference(problem);
     GpuProblem gpu(problem);
     for (const auto& [name, schedule] : test_schedules(2, problem.shape.q_blocks(), 5)) {
-      for (KernelPath path : device_paths(gpu)) {
+      for (KernelPath path : paths_here(config)) {
         SCOPED_TRACE(describe(config, 1000, 0.5, path) + " sawtooth " + name);
         expect_matches_reference(problem, ref, gpu.run(schedule, Traversal::kSawtooth, path));
       }
@@ -136,11 +137,11 @@ TEST(Attention, SawtoothMatchesReference) {
 // items over at most 132 x CTAs-per-SM slots.
 TEST(Attention, SawtoothOddWavesMatchAscending) {
   WA_REQUIRE_GPU();
-  const Config config = kConfigs[0];
+  const KernelShape config = kernel_shapes().front();
   const Problem problem = make_problem(16, 4096, config.head_dim, config.block, config.type, 0.3, 31);
   GpuProblem gpu(problem);
   const Schedule schedule = original_schedule(16, problem.shape.q_blocks(), HeadOrder::kSequential);
-  for (KernelPath path : device_paths(gpu)) {
+  for (KernelPath path : paths_here(config)) {
     SCOPED_TRACE(to_string(path));
     const Output ascending = gpu.run(schedule, Traversal::kAscending, path);
     const Output sawtooth = gpu.run(schedule, Traversal::kSawtooth, path);
@@ -162,20 +163,19 @@ TEST(Attention, SawtoothOddWavesMatchAscending) {
 // Dense mode visits every block in ascending order, exactly as a full CSR mask does.
 TEST(Attention, DenseModeEqualsFullMask) {
   WA_REQUIRE_GPU();
-  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+  for (const KernelShape& config : kernel_shapes(bf16_square)) {
     Problem problem = make_problem(3, 1000, config.head_dim, config.block, config.type, 1.0, 41);
     problem.mask.set(0, 0, 0, true);
     for (int c = 0; c < problem.shape.kv_blocks(); ++c) problem.mask.set(0, 0, c, true);
     const Reference ref = compute_reference(problem);
     GpuProblem gpu(problem);
     const Schedule schedule = original_schedule(3, problem.shape.q_blocks(), HeadOrder::kConcurrent);
-    for (KernelPath path : device_paths(gpu)) {
+    for (KernelPath path : paths_here(config)) {
       SCOPED_TRACE(describe(config, 1000, 1.0, path) + " dense");
       const Output csr = gpu.run(schedule, Traversal::kAscending, path, false);
       const Output dense = gpu.run(schedule, Traversal::kAscending, path, true);
       expect_matches_reference(problem, ref, dense);
-      EXPECT_EQ(std::memcmp(csr.o_bits.data(), dense.o_bits.data(), csr.o_bits.size() * 2), 0);
-      EXPECT_EQ(std::memcmp(csr.lse.data(), dense.lse.data(), csr.lse.size() * 4), 0);
+      expect_same_bits(csr, dense);
     }
   }
 }
@@ -185,12 +185,12 @@ TEST(Attention, DenseModeEqualsFullMask) {
 // shared-memory attribute and grid-size query happen during capture).
 TEST(Attention, CapturableInCudaGraph) {
   WA_REQUIRE_GPU();
-  const Config config = kConfigs[0];
+  const KernelShape config = kernel_shapes().front();
   const Problem problem = make_problem(4, 1500, config.head_dim, config.block, config.type, 0.4, 51);
   GpuProblem gpu(problem);
   const Schedule schedule = original_schedule(4, problem.shape.q_blocks(), HeadOrder::kSequential);
   DeviceBuffer items = upload(schedule.items);
-  for (KernelPath path : device_paths(gpu)) {
+  for (KernelPath path : paths_here(config)) {
     SCOPED_TRACE(to_string(path));
     cudaStream_t stream;
     WA_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -206,8 +206,7 @@ TEST(Attention, CapturableInCudaGraph) {
     WA_CUDA_OK(cudaStreamSynchronize(stream));
     const Output replayed = gpu.download();
     const Output direct = gpu.run(schedule, Traversal::kAscending, path);
-    EXPECT_EQ(std::memcmp(direct.o_bits.data(), replayed.o_bits.data(), direct.o_bits.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(direct.lse.data(), replayed.lse.data(), direct.lse.size() * 4), 0);
+    expect_same_bits(direct, replayed);
     EXPECT_EQ(replayed.padding_written, 0u);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
@@ -218,14 +217,82 @@ TEST(Attention, CapturableInCudaGraph) {
 // A tiny case for compute-sanitizer: 1 head, 384 + 56 tokens (partial block), one empty row, both paths.
 TEST(Attention, SanitizerSmallCase) {
   WA_REQUIRE_GPU();
-  for (const Config& config : {kConfigs[0], kConfigs[3]}) {
+  for (const KernelShape& config : kernel_shapes(bf16_square)) {
     const Problem problem = make_problem(1, 440, config.head_dim, config.block, config.type, 0.5, 61);
     const Reference ref = compute_reference(problem);
     GpuProblem gpu(problem);
     const Schedule schedule = original_schedule(1, problem.shape.q_blocks(), HeadOrder::kSequential);
-    for (KernelPath path : device_paths(gpu)) {
+    for (KernelPath path : paths_here(config)) {
       SCOPED_TRACE(describe(config, 440, 0.5, path));
       expect_matches_reference(problem, ref, gpu.run(schedule, Traversal::kSawtooth, path));
+    }
+  }
+}
+
+// B x H in one launch: entry (b, h) reads and writes at its tensor's own batch stride and walks mask row h
+// (one mask for the batch) or b * H + h (one per entry). One launch must give the bits of one launch per
+// entry, under the original and shuffled schedules of all B*H*MB items, and match the reference.
+TEST(Attention, BatchInOneLaunchEqualsOneLaunchPerEntry) {
+  WA_REQUIRE_GPU();
+  const int batch = 3;
+  const int heads = 2;
+  const int64_t tokens = 1000;
+  uint64_t seed = 71;
+  for (const KernelShape& config : kernel_shapes()) {
+    for (bool per_entry : {false, true}) {
+      const Problem problem =
+          make_problem(heads, tokens, config.head_dim, config.block, config.type, 0.3, seed++, batch, per_entry);
+      const Reference ref = compute_reference(problem);
+      GpuProblem gpu(problem);
+      const int q_blocks = problem.shape.q_blocks();
+      const Schedule per_launch = original_schedule(heads, q_blocks, HeadOrder::kSequential);
+      for (KernelPath path : paths_here(config)) {
+        SCOPED_TRACE(describe(config, tokens, 0.3, path) + (per_entry ? " mask per entry" : " mask shared"));
+        const Output separate = gpu.run_per_entry(per_launch, Traversal::kAscending, path);
+        expect_matches_reference(problem, ref, separate);
+        for (const auto& [name, schedule] : test_schedules(batch * heads, q_blocks, seed)) {
+          SCOPED_TRACE("one launch, schedule " + name);
+          expect_same_bits(separate, gpu.run(schedule, Traversal::kAscending, path));
+        }
+      }
+    }
+  }
+}
+
+// A nonzero mask_error record: the kernel must compute nothing from the mask. The CSR and the schedule are
+// garbage here (offsets and indices far outside every buffer), so reading either would fault or write out of
+// place; every O and LSE element must come back NaN (written: the poison is zero) and the padding untouched.
+// A zero record computes as if there were none.
+TEST(Attention, InvalidMaskRecordWritesNaNAndReadsNoMask) {
+  WA_REQUIRE_GPU();
+  for (const KernelShape& config : kernel_shapes(bf16_square)) {
+    const Problem problem = make_problem(2, 1000, config.head_dim, config.block, config.type, 0.3, 81, 2, true);
+    const int q_blocks = problem.shape.q_blocks();
+    const Schedule valid = original_schedule(4, q_blocks, HeadOrder::kSequential);
+    Schedule garbage = valid;
+    for (ScheduleItem& item : garbage.items) item = {1 << 30, -(1 << 30)};
+    const DeviceBuffer invalid_record = upload(std::vector<int32_t>{1});
+    const DeviceBuffer valid_record = upload(std::vector<int32_t>{0});
+    for (KernelPath path : paths_here(config)) {
+      SCOPED_TRACE(describe(config, 1000, 0.3, path));
+      GpuProblem gpu(problem);
+      const Output expected = gpu.run(valid, Traversal::kAscending, path);
+      expect_same_bits(expected,
+                       gpu.run(valid, Traversal::kAscending, path, false, nullptr, valid_record.as<int32_t>()));
+
+      const CsrMask csr = problem.mask.to_csr();
+      std::vector<int64_t> row_ptr(csr.row_ptr.size());
+      for (size_t r = 0; r < row_ptr.size(); ++r) row_ptr[r] = (int64_t(1) << 40) * int64_t(r % 3) - int64_t(r);
+      gpu.replace_mask(row_ptr, std::vector<int32_t>(csr.col_idx.size(), 1 << 30));
+      gpu.poison(0);
+      const Output out = gpu.run(garbage, Traversal::kAscending, path, false, nullptr, invalid_record.as<int32_t>());
+      size_t finite_o = 0;
+      for (uint16_t bits : out.o_bits) finite_o += !std::isnan(from_bits(bits, problem.type));
+      size_t finite_lse = 0;
+      for (float lse : out.lse) finite_lse += !std::isnan(lse);
+      EXPECT_EQ(finite_o, 0u) << "O elements not NaN";
+      EXPECT_EQ(finite_lse, 0u) << "LSE elements not NaN";
+      EXPECT_EQ(out.padding_written, 0u) << "writes into stride padding";
     }
   }
 }

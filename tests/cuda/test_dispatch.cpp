@@ -1,5 +1,6 @@
-// query_support and argument checks: the dispatch answers with a reason naming what is missing. The shape
-// checks need no GPU; the device-dependent answers skip visibly without one.
+// query_support and argument checks: the dispatch answers with a reason naming what is missing, over the
+// kernel list of attention.h. The shape checks need no GPU; the device-dependent answers skip visibly without
+// one.
 #include <gtest/gtest.h>
 
 #include "attention_harness.h"
@@ -23,6 +24,7 @@ TEST(QuerySupport, RejectsHeadDim) {
   const Support support = query_support(args);
   EXPECT_FALSE(support.supported);
   EXPECT_NE(support.reason.find("head_dim 96"), std::string::npos) << support.reason;
+  EXPECT_NE(support.reason.find("supported: 128, 64"), std::string::npos) << support.reason;  // from the list
 }
 
 TEST(QuerySupport, RejectsBlockShapes) {
@@ -44,27 +46,33 @@ TEST(QuerySupport, RejectsElementType) {
   EXPECT_NE(support.reason.find("element_type"), std::string::npos) << support.reason;
 }
 
-TEST(QuerySupport, NamesTheKernelOnADevice) {
+// Every configuration of WA_ATTENTION_KERNELS: the portable kernels run on any sm_80+ device, the Hopper ones
+// on sm_90 only; the kernel name carries the configuration.
+TEST(QuerySupport, NamesEveryListedKernelOnADevice) {
   WA_REQUIRE_GPU();
-  int major = 0;
+  int major = 0, minor = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
   if (major < 8) GTEST_SKIP() << "device is older than sm_80";
-  for (ElementType type : {ElementType::kBf16, ElementType::kFp16}) {
-    for (int dim : {64, 128}) {
-      for (int block : {64, 128}) {
-        SparseAttentionArgs args = supported_args();
-        args.element_type = type;
-        args.head_dim = dim;
-        args.block = BlockShape{block, block};
-        const Support support = query_support(args);
-        EXPECT_TRUE(support.supported) << support.reason;
-        EXPECT_NE(support.kernel.find(std::string("_d") + std::to_string(dim)), std::string::npos) << support.kernel;
-        args.path = KernelPath::kSm80;
-        const Support portable = query_support(args);
-        EXPECT_TRUE(portable.supported) << portable.reason;
-        EXPECT_EQ(portable.kernel.rfind("sm80_", 0), 0u) << portable.kernel;
-      }
+  for (const KernelConfig& config : kKernelConfigs) {
+    SparseAttentionArgs args = supported_args();
+    args.element_type = config.type;
+    args.head_dim = config.head_dim;
+    args.block = BlockShape{config.block, config.block};
+    args.path = config.path;
+    const Support support = query_support(args);
+    const std::string block = std::to_string(config.block);
+    const std::string family = config.path == KernelPath::kSm90 ? "sm90_tma_wgmma_ws_" : "sm80_mma_cp_async_";
+    const std::string name = family + std::string(to_string(config.type)) + "_d" + std::to_string(config.head_dim) +
+                             "_b" + block + "x" + block;
+    if (config.path == KernelPath::kSm90 && !(major == 9 && minor == 0)) {
+      EXPECT_FALSE(support.supported) << name;
+      continue;
     }
+    EXPECT_TRUE(support.supported) << name << ": " << support.reason;
+    EXPECT_EQ(support.kernel, name);
+    args.path = KernelPath::kAuto;
+    EXPECT_TRUE(query_support(args).supported) << name;
   }
 }
 
@@ -92,31 +100,42 @@ TEST(QuerySupport, NoDeviceIsAReason) {
   EXPECT_NE(support.reason.find("no CUDA device"), std::string::npos) << support.reason;
 }
 
+// Argument checks run before the device is looked at, so they need no GPU.
 TEST(SparseAttention, NamesBadArguments) {
-  SparseAttentionArgs args = supported_args();
   char workspace[16];
-  try {
-    sparse_attention(args, workspace, nullptr);
-    FAIL() << "null q accepted";
-  } catch (const InvalidArgument& error) {
-    EXPECT_EQ(error.argument(), "q");
-  }
+  auto rejected = [&](const SparseAttentionArgs& args) -> std::string {
+    try {
+      sparse_attention(args, workspace, nullptr);
+    } catch (const InvalidArgument& error) {
+      return error.argument();
+    }
+    return "(accepted)";
+  };
+  SparseAttentionArgs args = supported_args();
+  EXPECT_EQ(rejected(args), "q");
   alignas(16) static char tensor[16];
   args.q = args.k = args.v = args.o = tensor;
   args.token_stride = 130;
-  try {
-    sparse_attention(args, workspace, nullptr);
-    FAIL() << "bad token_stride accepted";
-  } catch (const InvalidArgument& error) {
-    EXPECT_EQ(error.argument(), "token_stride");
-  }
+  EXPECT_EQ(rejected(args), "token_stride");
   args.token_stride = 0;
-  try {
-    sparse_attention(args, workspace, nullptr);
-    FAIL() << "null row_ptr accepted";
-  } catch (const InvalidArgument& error) {
-    EXPECT_EQ(error.argument(), "row_ptr");
-  }
+  EXPECT_EQ(rejected(args), "row_ptr");
+
+  const SparseAttentionArgs good = args;
+  args.batch = 0;
+  EXPECT_EQ(rejected(args), "batch");
+  args = good;
+  args.batch = 2;
+  args.mask_heads = 3;  // neither heads (2) nor batch * heads (4)
+  EXPECT_EQ(rejected(args), "mask_heads");
+  args.mask_heads = 4;
+  args.k_batch_stride = 12;  // not a multiple of 8 elements
+  EXPECT_EQ(rejected(args), "k_batch_stride");
+  args.k_batch_stride = 0;
+  args.o_batch_stride = 1024 * 128;  // entry 1 of O lands on head 1 of entry 0
+  EXPECT_EQ(rejected(args), "o");
+  args.o_batch_stride = 0;
+  args.batch = 1 << 28;  // batch * heads * q_blocks = 2^28 * 2 * 8 exceeds int32
+  EXPECT_EQ(rejected(args), "batch");
 }
 
 }  // namespace

@@ -37,10 +37,24 @@ def plan(mask):
     ({"plan_reuse": 0}, "plan_reuse"),
     ({"planner": "tpu"}, "planner"),
     ({"planner": "gpu"}, "planner"),  # the GPU plan needs a mask on a CUDA device
+    # Ints past the C++ type behind the argument (int, uint64 seed, int64 tokens).
+    ({"wave_size": 2**31}, "wave_size"),
+    ({"iterations": 2**40}, "iterations"),
+    ({"seed": 2**64}, "seed"),
+    ({"tokens": 2**70}, "tokens"),
+    ({"threads": 2**31}, "threads"),
+    ({"head_dim": 2**31}, "head_dim"),
+    ({"block_size": 2**31}, "block_size"),
+    ({"block_size": (16, 2**40)}, "block_size"),
 ])
 def test_plan_options(mask, kwargs, argument):
     with named(argument):
         wavealign.plan(mask, **kwargs)
+
+
+def test_the_largest_ints_of_each_type_are_accepted(mask):
+    plan = wavealign.plan(mask, wave_size=4, seed=2**64 - 1, tokens=2**63 - 1, skip="never")
+    assert plan.heads == 2
 
 
 @pytest.mark.parametrize("bad", [
@@ -78,6 +92,10 @@ def test_csr_masks(mask):
         wavealign.plan((row_ptr, col_idx + 8), heads=2, kv_blocks=8)
     with named("col_idx"):
         wavealign.plan((row_ptr, col_idx[:-1]), heads=2, kv_blocks=8)
+    with named("heads"):
+        wavealign.plan((row_ptr, col_idx), heads=2**40, kv_blocks=8)
+    with named("kv_blocks"):
+        wavealign.plan((row_ptr, col_idx), heads=2, kv_blocks=2**31)
 
 
 def test_flex_masks(mask):
@@ -175,3 +193,34 @@ def test_extension_errors_are_value_errors_naming_the_argument():
     with named("row_ptr"):
         core.reference_attention(q, q, q, q.copy(), np.zeros((1, 16), np.float32),
                                  np.array([0, 1, 1], np.int64), np.array([0], np.int32), 16, 16, 1.0)
+
+
+def test_row_ops_take_only_a_valid_permutation():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch op checks are skipped")
+    wavealign.ops.register()
+    permute, unpermute = torch.ops.wavealign.permute_rows, torch.ops.wavealign.unpermute_rows
+    x = torch.randn(2, 40, 4)  # 5 query blocks of 8
+    good = torch.tensor([[2, 0, 1, 4, 3], [0, 1, 2, 3, 4]], dtype=torch.int32)
+    assert torch.equal(unpermute(permute(x, good, 8), good.argsort(dim=1).int(), 8, 40), x)
+    duplicate, far, negative = good.clone(), good.clone(), good.clone()
+    duplicate[0, 1] = 2
+    far[1, 4] = 1000  # used to wrap modulo L
+    negative[0, 0] = -1
+    for bad in (duplicate, far, negative, good.long(), good[0], good.float()):
+        with named("permutation"):
+            permute(x, bad, 8)
+        with named("inverse"):
+            unpermute(x, bad, 8, 40)
+    for block in (0, -8, 2**40):
+        with named("block"):
+            permute(x, good, block)
+        with named("block"):
+            unpermute(x, good, block, 40)
+    with named("x"):
+        permute(torch.randn(2, 100, 4), good, 8)
+    with named("x"):
+        permute(torch.randn(3, 40, 4), good, 8)  # 3 heads against a 2-head permutation
+    with named("x"):
+        unpermute(torch.randn(2, 36, 4), good, 8, 36)
+    with named("seq_len"):
+        unpermute(x, good, 8, 20)

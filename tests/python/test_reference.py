@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import wavealign
-from wa_testing import dense_attention, expand_mask, random_mask, transposed_layout
+from wa_testing import csr_of, dense_attention, expand_mask, random_mask, transposed_layout
 
 ATOL = 2e-5
 RTOL = 1e-4
@@ -85,3 +85,15 @@ def test_output_keeps_the_input_dtype_and_traversal_is_accepted(rng):
     assert o.dtype == np.float64
     expected, _ = dense_attention(q, k, v, expand_mask(mask, 32, 8, 8), 8 ** -0.5)
     assert np.allclose(o, expected, atol=ATOL, rtol=RTOL)
+
+
+def test_a_mask_shared_by_the_batch_equals_its_copy_per_entry(rng):
+    """The reference reads mask head e % mask_heads for entry e = b*H + h, the kernels' rule."""
+    batch, heads, length, dim, block = 3, 2, 64, 8, 16
+    q, k, v = inputs(rng, (batch, heads, length, dim))
+    mask = random_mask(rng, heads, 4, 4)
+    shared = wavealign.ops.reference(q, k, v, *csr_of(mask), None, (block, block), 0.5)
+    tiled = wavealign.ops.reference(q, k, v, *csr_of(np.tile(mask, (batch, 1, 1))), None, (block, block), 0.5)
+    assert np.array_equal(shared[0], tiled[0]) and np.array_equal(shared[1], tiled[1])
+    with pytest.raises(ValueError, match="invalid argument 'row_ptr'"):  # neither H nor B*H mask heads
+        wavealign.ops.reference(q, k, v, *csr_of(np.tile(mask, (2, 1, 1))), None, (block, block), 0.5)

@@ -1,5 +1,6 @@
 // What one schedule ticket means, shared by both kernel families: the (head, query block) it names, the
-// CSR range of its KV blocks and the direction of its walk. Q/O/LSE rows are the item's original rows.
+// CSR range of its KV blocks and the direction of its walk. Q/O/LSE rows are the item's original rows of its
+// batch entry.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 namespace wavealign::cuda::detail {
 
 struct WorkItem {
-  int head = 0;
+  int head = 0;  // b * heads + h: the batch entry and head
   int q_block = 0;
   int64_t begin = 0;  // first CSR entry of the row (0 in dense mode)
   int n_blocks = 0;   // KV blocks the row visits
@@ -24,12 +25,20 @@ __device__ __forceinline__ WorkItem decode_work_item(const AttentionParams& para
   if (params.dense) {
     item.n_blocks = params.kv_blocks;
   } else {
-    const int64_t row = int64_t(item.head) * params.q_blocks + item.q_block;
+    // A mask shared by the batch (mask_heads = heads) serves entry b * heads + h with its head h; a per-entry
+    // mask (mask_heads = batch * heads) with row block b * heads + h itself.
+    const int64_t row = int64_t(item.head % params.mask_heads) * params.q_blocks + item.q_block;
     item.begin = params.row_ptr[row];
     item.n_blocks = static_cast<int>(params.row_ptr[row + 1] - item.begin);
   }
   item.descending = params.sawtooth && ((ticket / int(gridDim.x)) & 1) != 0;
   return item;
+}
+
+/// Element offset of entry `head` = b * heads + h in a tensor whose batch entries are `batch_stride` apart.
+__device__ __forceinline__ int64_t entry_offset(const AttentionParams& params, int head, int64_t batch_stride) {
+  const int b = head / params.heads;
+  return int64_t(b) * batch_stride + int64_t(head - b * params.heads) * params.head_stride;
 }
 
 /// KV block visited at walk position `position` (0 = first visited).

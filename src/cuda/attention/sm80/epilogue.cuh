@@ -35,7 +35,7 @@ struct Epilogue {
     }
     __syncwarp();
     const int first_token = item.q_block * Traits::kBlockM + warp * 16;
-    Element* out = static_cast<Element*>(params.o) + int64_t(item.head) * params.head_stride;
+    Element* out = static_cast<Element*>(params.o) + entry_offset(params, item.head, params.o_batch_stride);
 #pragma unroll
     for (int i = lane; i < 16 * kVecsPerRow; i += 32) {
       const int r = i / kVecsPerRow;

@@ -1,11 +1,8 @@
-// sm80 kernel instantiations for fp16: head_dim 64/128 x blocks 64x64/128x128.
+// sm80 kernel instantiations for fp16: the WA_SM80_FP16_KERNELS list of attention.h.
 #include "cuda/attention/sm80/launch.cuh"
 
 namespace wavealign::cuda::detail {
 
-template void launch_fwd_sm80<ElementType::kFp16, 128, 128, 128>(const AttentionParams&, Stream);
-template void launch_fwd_sm80<ElementType::kFp16, 128, 64, 64>(const AttentionParams&, Stream);
-template void launch_fwd_sm80<ElementType::kFp16, 64, 128, 128>(const AttentionParams&, Stream);
-template void launch_fwd_sm80<ElementType::kFp16, 64, 64, 64>(const AttentionParams&, Stream);
+WA_SM80_FP16_KERNELS(WA_INSTANTIATE_SM80)
 
 }  // namespace wavealign::cuda::detail

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/invalid_mask.cuh"
 #include "cuda/attention/params.h"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm80/epilogue.cuh"
@@ -38,6 +39,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kChunk = Traits::kChunk;
   constexpr int kChunkVecs = kChunk * Traits::kVecsPerRow;
 
+  if (mask_is_invalid(params)) {
+    write_invalid_mask_outputs<Traits::kBlockM, Traits::kHeadDim>(params);
+    return;
+  }
+
   extern __shared__ uint4 smem[];
   __shared__ int ticket_slots[2];
   uint4* q_tile = smem;
@@ -55,7 +61,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   for (int ticket = TicketScheduler::first_ticket(); ticket < params.items;) {
     const WorkItem item = decode_work_item(params, ticket);
     const int n_chunks = item.n_blocks * Traits::kChunksPerBlock;
-    const int64_t head_offset = int64_t(item.head) * params.head_stride;
+    const Element* q_entry = q + entry_offset(params, item.head, params.q_batch_stride);
+    const Element* k_entry = k + entry_offset(params, item.head, params.k_batch_stride);
+    const Element* v_entry = v + entry_offset(params, item.head, params.v_batch_stride);
 
     float o[Loop::kOutRegs];
 #pragma unroll
@@ -66,11 +74,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     if (n_chunks == 0) {
       if (tid == 0) scheduler.fetch_next(params);
     } else {
-      Loop::template load_tile<Traits::kBlockM>(q_tile, q + head_offset, item.q_block * Traits::kBlockM,
+      Loop::template load_tile<Traits::kBlockM>(q_tile, q_entry, item.q_block * Traits::kBlockM,
                                                 params.tokens, params.token_stride, tid);
       int next_token = chunk_first_token<Traits>(params, item, 0);
-      Loop::template load_tile<kChunk>(k_tiles, k + head_offset, next_token, params.tokens, params.token_stride, tid);
-      Loop::template load_tile<kChunk>(v_tiles, v + head_offset, next_token, params.tokens, params.token_stride, tid);
+      Loop::template load_tile<kChunk>(k_tiles, k_entry, next_token, params.tokens, params.token_stride, tid);
+      Loop::template load_tile<kChunk>(v_tiles, v_entry, next_token, params.tokens, params.token_stride, tid);
       cp_async_commit();
 
       uint32_t q_frag[Loop::kQSteps][4];
@@ -84,9 +92,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         const int buffer = chunk & 1;
         if (chunk + 1 < n_chunks) {
           next_token = chunk_first_token<Traits>(params, item, chunk + 1);
-          Loop::template load_tile<kChunk>(k_tiles + (buffer ^ 1) * kChunkVecs, k + head_offset, next_token,
+          Loop::template load_tile<kChunk>(k_tiles + (buffer ^ 1) * kChunkVecs, k_entry, next_token,
                                            params.tokens, params.token_stride, tid);
-          Loop::template load_tile<kChunk>(v_tiles + (buffer ^ 1) * kChunkVecs, v + head_offset, next_token,
+          Loop::template load_tile<kChunk>(v_tiles + (buffer ^ 1) * kChunkVecs, v_entry, next_token,
                                            params.tokens, params.token_stride, tid);
           cp_async_commit();
         } else if (tid == 0) {

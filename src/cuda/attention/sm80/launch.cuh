@@ -20,3 +20,8 @@ void launch_fwd_sm80(const AttentionParams& params, Stream stream) {
 }
 
 }  // namespace wavealign::cuda::detail
+
+/// Explicit instantiation of one entry X(path, element, head_dim, block) of the kernel lists in attention.h,
+/// expanded inside namespace wavealign::cuda::detail by the instantiation units.
+#define WA_INSTANTIATE_SM80(path, element, head_dim, block) \
+  template void launch_fwd_sm80<ElementType::element, head_dim, block, block>(const AttentionParams&, Stream);

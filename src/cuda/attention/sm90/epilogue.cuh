@@ -9,6 +9,7 @@
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
+#include "cuda/attention/work_item.cuh"
 
 namespace wavealign::cuda::detail::sm90 {
 
@@ -28,7 +29,7 @@ struct Epilogue {
     const int g = lane >> 2;
     const int t = lane & 3;
     const int first_token = record.q_block * Traits::kBlockM + warpgroup * 64 + warp * 16 + g;
-    Element* out = static_cast<Element*>(p.o) + int64_t(record.head) * p.head_stride;
+    Element* out = static_cast<Element*>(p.o) + entry_offset(p, record.head, p.o_batch_stride);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int token = first_token + 8 * h;

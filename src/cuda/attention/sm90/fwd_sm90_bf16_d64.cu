@@ -1,10 +1,9 @@
-// Hopper kernel instantiations for bf16, head_dim 64: blocks 128x128 and 64x64. One TU per
-// (dtype, head_dim) keeps each CuTe compile to two kernels.
+// Hopper kernel instantiations for bf16, head_dim 64: the WA_SM90_BF16_D64_KERNELS list of attention.h.
+// One TU per (dtype, head_dim) keeps each CuTe compile to two kernels.
 #include "cuda/attention/sm90/launch.cuh"
 
 namespace wavealign::cuda::detail {
 
-template void launch_fwd_sm90<ElementType::kBf16, 64, 128, 128>(const AttentionParams&, Stream);
-template void launch_fwd_sm90<ElementType::kBf16, 64, 64, 64>(const AttentionParams&, Stream);
+WA_SM90_BF16_D64_KERNELS(WA_INSTANTIATE_SM90)
 
 }  // namespace wavealign::cuda::detail

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/invalid_mask.cuh"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/epilogue.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
@@ -64,6 +65,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
+  if (mask_is_invalid(params.base)) {
+    write_invalid_mask_outputs<Traits::kBlockM, Traits::kHeadDim>(params.base);
+    return;
+  }
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {

@@ -93,9 +93,9 @@ struct KernelTraits {
       SmemLayoutV{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
-  // Global tensors as (tokens, head_dim, heads) with strides (token_stride, 1, head_stride).
-  using GmemShape = cute::Shape<int32_t, int32_t, int32_t>;
-  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t>;
+  // Global tensors as (tokens, head_dim, heads, batch) with strides (token_stride, 1, head_stride, batch_stride).
+  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(nullptr)),
                                                 GmemShape{}, GmemStride{}));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},

@@ -120,7 +120,7 @@ struct Mainloop {
       prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
       prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     }
-    const auto gmem_shape = make_shape(p.tokens, int32_t(kHeadDim), p.heads);
+    const auto gmem_shape = make_shape(p.tokens, int32_t(kHeadDim), p.heads, p.batch);
     Tensor mQ = params.tma_q.get_tma_tensor(gmem_shape);
     Tensor mK = params.tma_k.get_tma_tensor(gmem_shape);
     Tensor mV = params.tma_v.get_tma_tensor(gmem_shape);
@@ -135,7 +135,9 @@ struct Mainloop {
     auto load_q = [&](const WorkItem& work) {
       const int stage = q_stages.index();
       Tensor sQ = make_tensor(make_smem_ptr(storage.q_stage(stage)), typename Traits::SmemLayoutQ{});
-      Tensor gQ = local_tile(mQ(_, _, work.head), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(work.q_block, _0{}));
+      const int b = work.head / p.heads;
+      Tensor gQ = local_tile(mQ(_, _, work.head - b * p.heads, b), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                             make_coord(work.q_block, _0{}));
       auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       if (lane == 0) {
         Barrier::wait(&storage.q_empty[stage], q_stages.phase() ^ 1u);
@@ -164,8 +166,10 @@ struct Mainloop {
 
       if (item.n_blocks > 0) {
         if constexpr (Traits::kQStages == 1) load_q(item);
-        Tensor gK = local_tile(mK(_, _, item.head), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-        Tensor gV = local_tile(mV(_, _, item.head), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        const int b = item.head / p.heads;
+        const int h = item.head - b * p.heads;
+        Tensor gK = local_tile(mK(_, _, h, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        Tensor gV = local_tile(mV(_, _, h, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
         auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
