@@ -173,6 +173,7 @@ Schedule make_bench_schedule(const Options& o, const BlockMask* mask, int q_bloc
   config.gpu = GpuPreset::kH200;
   config.seed = o.seed;
   config.wave_size = o.wave_size;
+  config.skip = SkipPolicy::kNever;  // the order asked for, on every head: the benchmark compares orders
   const Plan plan = make_plan(*mask, config);
   if (!o.json) std::printf("plan: %.1f ms for %d heads\n", plan.plan_ms, o.heads);
   *permutation = plan.permutations();

@@ -38,16 +38,8 @@ struct DeviceMask {
   const int32_t* col_idx = nullptr;
 };
 
-/// Why a head kept the original order (one byte per head on the device).
-enum class GpuSkipReason : uint8_t {
-  kNone = 0,            ///< the requested order was applied
-  kPolicy = 1,          ///< SkipPolicy::kAlways
-  kWorkingSetFits = 2,  ///< K/V working set <= working_set_fit * usable L2
-  kLowDensity = 3,      ///< density < min_density
-  kWavesFit = 4,        ///< mean wave working set <= wave_working_set_fit * usable L2
-  kAdjacentAlike = 5,   ///< adjacent Jaccard >= max_adjacent_jaccard
-  kNoGain = 6,          ///< predicted gain does not pay for the plan (PlanConfig::profile, decide_by_profile)
-};
+/// Why a head kept the original order (one byte per head on the device): the SkipReason of decide_skip.
+using GpuSkipReason = SkipReason;
 
 /// Device outputs of one plan. permutations is required; the rest may be null (not written).
 struct GpuPlanOutputs {

@@ -21,7 +21,9 @@ struct PlanConfig {
   int wave_size = 0;       // rows per wave W; 0 = slots of `gpu` (SMs x CTAs per SM)
   int iterations = 10;     // T of Algorithm 1; the angular order is stable after 5-15 (paper IV-C)
   uint64_t seed = 0;       // start block of the subspace iteration; the shuffled order
-  SkipPolicy skip = SkipPolicy::kNever;
+  /// kAuto (the default everywhere: the CLI, Python's plan()) keeps the original order where reordering cannot
+  /// pay: decide_skip per head. kNever always applies `order`.
+  SkipPolicy skip = SkipPolicy::kAuto;
   SkipModel skip_model;    // statistics thresholds and cost model of SkipPolicy::kAuto
   int threads = 0;         // worker threads over heads; 0 = hardware concurrency. Results do not depend on it.
   /// Calibrated gain and plan cost of the target GPU (load_skip_profile). With SkipPolicy::kAuto, heads that
@@ -58,8 +60,8 @@ struct Plan {
 /// Builds the plan for every head (heads in parallel; the result is the same for any thread count).
 /// Throws InvalidArgument naming the config field for bad values.
 /// The checks of `config` that make_plan and the GPU planner both apply: throws InvalidArgument naming
-/// "wave_size", "iterations", "threads", "skip_model", "plan_reuse", "predict_waves", "tokens" or
-/// "profile: <field>".
+/// "wave_size", "iterations", "threads", "skip_model", "plan_reuse", "plan_cost_ms", "predict_waves", "tokens"
+/// or "profile: <field>".
 void check_plan_config(const PlanConfig& config);
 
 Plan make_plan(const BlockMask& mask, const PlanConfig& config);

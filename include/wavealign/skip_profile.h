@@ -58,14 +58,25 @@ void check_skip_profile(const SkipProfile& profile, const std::string& source);
 /// the WaveAlign order measured slower. Why not the absolute gain: docs/skip-profile.md, "Interpolation".
 double profile_gain_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
 
+/// Predicted kernel time of `heads` heads in the original order at (tokens L, density d): per head
+/// time_per_work x d x L^2 (time_per_work interpolated and clamped as in profile_gain_ms), times `heads`. Equals
+/// the measured original_ms / heads at grid points up to rounding.
+double profile_original_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
+
 /// Predicted plan time of `heads` heads at (tokens, density): plan_ms per head, interpolated bilinearly in
 /// (ln tokens, density) and clamped to the grid's range like the gain's factors; exact at grid points.
 double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
 
+/// The gain and plan cost that the profile predicts for one head of `tokens` tokens at `density`:
+/// profile_gain_ms and, unless model.plan_cost_ms >= 0 replaces it, profile_plan_ms, with the source
+/// "profile of <device> at L = <tokens> tokens, density <density>%". What decide_skip compares for make_plan and
+/// the GPU planner with a profile, and for `wavealign skip`.
+SkipGain profile_skip_gain(const SkipProfile& profile, int64_t tokens, double density, const SkipModel& model);
+
 /// The cost part of the adaptive skip from the profile, for one head of `tokens` tokens and stats.density:
-/// decide_by_gain(profile gain, profile plan cost, model), so model.plan_reuse and model.plan_cost_ms apply
-/// as they do to the simulated gain. The reason is decide_by_gain's, followed by the profile's device and
-/// the point it was read at.
+/// decide_skip with profile_skip_gain and no statistics, so model.plan_reuse and model.plan_cost_ms apply as they
+/// do to the simulated gain. The reason is decide_by_gain's, followed by the profile's device and the point it
+/// was read at.
 SkipDecision decide_by_profile(const MaskStats& stats, int64_t tokens, const SkipProfile& profile,
                                const SkipModel& model);
 

@@ -52,35 +52,15 @@ std::vector<T> values_of(const AnyArray& bytes, size_t count, const char* argume
   return values;
 }
 
-// The reason make_plan gives for the same decision, rebuilt on the host from the device's statistics. With a
-// profile the device read the same interpolated gain and plan cost as decide_by_profile (one shared
-// implementation, core/skip_profile_grid.h), so decide_by_profile's text states the numbers that decided.
-// Without one the device decides from the statistics alone, and a head they let through says so.
-std::string reason_of(const cuda::GpuPlanner& planner, cuda::GpuSkipReason flag, const MaskStats& stats) {
+// The reason make_plan gives for the same decision: skip_reason_text of the device's code with the device's
+// statistics and, with a profile, the gain and plan cost that the device compared (profile_skip_gain reads them
+// as the device does: one shared implementation, core/skip_profile_grid.h).
+std::string reason_of(const cuda::GpuPlanner& planner, SkipReason code, const MaskStats& stats) {
   const PlanConfig& config = planner.config();
-  if (flag == cuda::GpuSkipReason::kPolicy) return "skip policy 'always'";
-  if (flag == cuda::GpuSkipReason::kNone) {
-    if (config.order == Order::kOriginal) return "original order requested";
-    if (config.skip == SkipPolicy::kNever) return "skip policy 'never'";
-    const std::string statistics = decide_by_statistics(stats, config.skip_model).reason;
-    if (config.profile)
-      return statistics + "; " +
-             decide_by_profile(stats, planner.tokens(), *config.profile, config.skip_model).reason;
-    return statistics + "; the GPU plan decides from these statistics only (no predicted-gain check)";
-  }
-  if (flag == cuda::GpuSkipReason::kNoGain && config.profile)
-    return decide_by_profile(stats, planner.tokens(), *config.profile, config.skip_model).reason;
-  const SkipDecision decision = decide_by_statistics(stats, config.skip_model);
-  if (decision.skipped) return decision.reason;
-  // The device and the host disagree only if a statistic sits exactly on a threshold; name the device's test.
-  switch (flag) {
-    case cuda::GpuSkipReason::kWorkingSetFits: return "K/V working set fits in the usable L2";
-    case cuda::GpuSkipReason::kLowDensity: return "density below the skip model's minimum";
-    case cuda::GpuSkipReason::kWavesFit: return "the original order's waves fit in the usable L2";
-    case cuda::GpuSkipReason::kAdjacentAlike: return "adjacent rows already share their blocks";
-    case cuda::GpuSkipReason::kNoGain: return "predicted gain does not pay for the plan";
-    default: return "skipped by the device's statistics";
-  }
+  const bool profile_read = config.profile && config.skip == SkipPolicy::kAuto && config.order != Order::kOriginal;
+  if (!profile_read) return skip_reason_text(code, config.skip, config.order, &stats, config.skip_model, nullptr);
+  const SkipGain gain = profile_skip_gain(*config.profile, planner.tokens(), stats.density, config.skip_model);
+  return skip_reason_text(code, config.skip, config.order, &stats, config.skip_model, &gain);
 }
 
 // (skipped, reasons, stats) in the layout of the CPU plan's (see plan.cpp); the GPU plan has no per-head
@@ -96,8 +76,8 @@ std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuP
   std::vector<std::string> reasons;
   int skipped_heads = 0;
   for (size_t h = 0; h < heads; ++h) {
-    const auto flag = static_cast<cuda::GpuSkipReason>(flags[h]);
-    const bool is_skipped = flag != cuda::GpuSkipReason::kNone;
+    const auto flag = static_cast<SkipReason>(flags[h]);
+    const bool is_skipped = flag != SkipReason::kNone;
     skipped_heads += is_skipped;
     skipped.append(is_skipped);
     reasons.push_back(reason_of(planner, flag, stats[h]));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <thread>
 
@@ -71,34 +72,10 @@ double predicted_gain_ms(const BlockMask& mask, int head, const std::vector<int3
   return predicted_kernel_ms(before, gpu, model) * scale_before - predicted_kernel_ms(after, gpu, model) * scale_after;
 }
 
-HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, const GpuModel& gpu, int wave_size) {
-  HeadPlan head_plan;
-  head_plan.stats = mask_stats(mask, head, gpu, config.skip_model);
+// The head's permutation in `order`, without any skip logic (stage times into head_plan).
+std::vector<int32_t> reorder_head(const BlockMask& mask, int head, const PlanConfig& config, int wave_size,
+                                  HeadPlan& head_plan) {
   const int rows = mask.q_blocks();
-  if (config.skip == SkipPolicy::kAlways || config.order == Order::kOriginal) {
-    head_plan.permutation = identity(rows);
-    head_plan.skip = {config.skip == SkipPolicy::kAlways, config.skip == SkipPolicy::kAlways
-                                                             ? "skip policy 'always'"
-                                                             : "original order requested"};
-    fill_inverse(head_plan);
-    return head_plan;
-  }
-  if (config.skip == SkipPolicy::kAuto) {
-    head_plan.skip = decide_by_statistics(head_plan.stats, config.skip_model);
-    if (!head_plan.skip.skipped && config.profile) {
-      // The profile predicts the gain from (L, density) alone, so a skipped head costs no plan at all.
-      const int64_t tokens = config.tokens > 0 ? config.tokens : int64_t(rows) * config.skip_model.kv_block;
-      const SkipDecision by_profile = decide_by_profile(head_plan.stats, tokens, *config.profile, config.skip_model);
-      head_plan.skip = by_profile.skipped ? by_profile
-                                          : SkipDecision{false, head_plan.skip.reason + "; " + by_profile.reason};
-    }
-    if (head_plan.skip.skipped) {
-      head_plan.permutation = identity(rows);
-      fill_inverse(head_plan);
-      return head_plan;
-    }
-  }
-
   const auto start = Clock::now();
   std::vector<int32_t> order;
   switch (config.order) {
@@ -113,6 +90,7 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
       order = shuffled(rows, config.seed, head);
       break;
     case Order::kOriginal:
+      order = identity(rows);
       break;
   }
   head_plan.stage1_ms = elapsed_ms(start);
@@ -123,24 +101,40 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
     head_plan.stage2_ms = elapsed_ms(stage2_start);
   }
   head_plan.plan_ms = elapsed_ms(start);
-  head_plan.permutation = std::move(order);
+  return order;
+}
 
-  if (config.skip == SkipPolicy::kAuto && !config.profile) {
-    const double gain_ms = predicted_gain_ms(mask, head, head_plan.permutation, gpu, config.skip_model);
-    const SkipDecision by_gain = decide_by_gain(gain_ms, head_plan.plan_ms, config.skip_model);
-    if (by_gain.skipped) {
-      head_plan.skip = by_gain;
-      head_plan.permutation = identity(rows);
-    } else {
-      head_plan.skip = {false, head_plan.skip.reason + "; " + by_gain.reason};
-    }
-  } else if (config.skip != SkipPolicy::kAuto) {
-    head_plan.skip = {false, "skip policy 'never'"};
+// One head: its statistics, the skip decision (decide_skip) and, unless skipped, its permutation. With a
+// profile the gain is read from (L, density) before any plan is computed, so a skipped head costs no plan.
+// Without one, kAuto plans the head and predicts the gain from a simulated prefix, against the plan's wall time
+// (or skip_model.plan_cost_ms).
+HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, const GpuModel& gpu, int wave_size) {
+  HeadPlan head_plan;
+  const SkipModel& model = config.skip_model;
+  head_plan.stats = mask_stats(mask, head, gpu, model);
+  const bool gain_decides = config.skip == SkipPolicy::kAuto && config.order != Order::kOriginal;
+  if (gain_decides && config.profile) {
+    const int64_t tokens = config.tokens > 0 ? config.tokens : int64_t(mask.q_blocks()) * model.kv_block;
+    const SkipGain gain = profile_skip_gain(*config.profile, tokens, head_plan.stats.density, model);
+    head_plan.skip = decide_skip(config.skip, config.order, &head_plan.stats, model, &gain);
+  } else {
+    head_plan.skip = decide_skip(config.skip, config.order, &head_plan.stats, model, nullptr);
   }
+  if (!head_plan.skip.skipped) head_plan.permutation = reorder_head(mask, head, config, wave_size, head_plan);
+
+  if (gain_decides && !config.profile && !head_plan.skip.skipped) {
+    SkipGain gain;
+    gain.gain_ms = predicted_gain_ms(mask, head, head_plan.permutation, gpu, model);
+    const bool measured = model.plan_cost_ms < 0;
+    gain.plan_cost_ms = measured ? head_plan.plan_ms : model.plan_cost_ms;
+    gain.source = "simulated gain of the first " + std::to_string(model.predict_waves) + " waves" +
+                  (measured ? ", plan cost: this CPU plan's wall time" : "");
+    head_plan.skip = decide_skip(config.skip, config.order, &head_plan.stats, model, &gain);
+  }
+  if (head_plan.skip.skipped) head_plan.permutation = identity(mask.q_blocks());
   fill_inverse(head_plan);
   return head_plan;
 }
-
 
 }  // namespace
 
@@ -152,7 +146,14 @@ void check_plan_config(const PlanConfig& config) {
   const SkipModel& model = config.skip_model;
   WA_CHECK_ARG(model.head_dim > 0 && model.element_bytes > 0 && model.kv_block > 0, "skip_model",
                "head_dim, element_bytes and kv_block must be positive");
-  WA_CHECK_ARG(model.plan_reuse > 0, "plan_reuse", "must be > 0, got ", model.plan_reuse);
+  WA_CHECK_ARG(std::isfinite(model.working_set_fit) && std::isfinite(model.min_density) &&
+                   std::isfinite(model.wave_working_set_fit) && std::isfinite(model.max_adjacent_jaccard) &&
+                   std::isfinite(model.exposed_fraction),
+               "skip_model", "thresholds and exposed_fraction must be finite");
+  WA_CHECK_ARG(std::isfinite(model.plan_reuse) && model.plan_reuse > 0, "plan_reuse",
+               "must be a finite number > 0, got ", model.plan_reuse);
+  WA_CHECK_ARG(std::isfinite(model.plan_cost_ms), "plan_cost_ms",
+               "must be finite (< 0 = the measured plan time), got ", model.plan_cost_ms);
   WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
   WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
   if (config.profile) check_skip_profile(*config.profile, "profile");

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "core/skip_rule.h"
 #include "wavealign/error.h"
 #include "wavealign/mask.h"
 
@@ -65,29 +67,6 @@ MaskStats mask_stats(const BlockMask& mask, int head, const GpuModel& gpu, const
   return stats;
 }
 
-SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model) {
-  constexpr double kMiB = 1 << 20;
-  if (double(stats.kv_working_set_bytes) <= model.working_set_fit * double(stats.usable_l2_bytes))
-    return {true, format("K/V working set %.1f MiB fits in the usable L2 (%.1f MiB): row order cannot change "
-                         "HBM traffic",
-                         stats.kv_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB)};
-  if (stats.density < model.min_density)
-    return {true, format("density %.2f%% is below %.2f%%: too little attention work to amortize the plan",
-                         100 * stats.density, 100 * model.min_density)};
-  if (double(stats.wave_working_set_bytes) <= model.wave_working_set_fit * double(stats.usable_l2_bytes))
-    return {true, format("the original order's waves read %.1f MiB of K/V on average, which fits in the usable "
-                         "L2 (%.1f MiB): the original order already has the locality",
-                         stats.wave_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB)};
-  if (stats.adjacent_jaccard >= model.max_adjacent_jaccard)
-    return {true, format("adjacent rows already share %.0f%% of their blocks (Jaccard >= %.0f%%): the original "
-                         "order has the locality",
-                         100 * stats.adjacent_jaccard, 100 * model.max_adjacent_jaccard)};
-  return {false, format("K/V working set %.1f MiB and mean wave working set %.1f MiB exceed the usable L2 "
-                        "(%.1f MiB), density %.1f%%, adjacent Jaccard %.2f: reordering can pay",
-                        stats.kv_working_set_bytes / kMiB, stats.wave_working_set_bytes / kMiB,
-                        stats.usable_l2_bytes / kMiB, 100 * stats.density, stats.adjacent_jaccard)};
-}
-
 double predicted_kernel_ms(const SimResult& result, const GpuModel& gpu, const SkipModel& model) {
   const double flops = 4.0 * model.kv_block * model.kv_block * model.head_dim * double(result.kv_accesses);
   const double compute_ms = 1e3 * flops / gpu.attention_flops_per_s;
@@ -95,12 +74,97 @@ double predicted_kernel_ms(const SimResult& result, const GpuModel& gpu, const S
   return std::max(compute_ms, memory_ms) + model.exposed_fraction * std::min(compute_ms, memory_ms);
 }
 
+namespace {
+
+constexpr double kMiB = 1 << 20;
+
+// "1", "2", "1000000", "0.5": a reuse count as users write it (%g would print 1e+06).
+std::string reuse_text(double reuse) {
+  return reuse == double(int64_t(reuse)) && std::abs(reuse) < 1e15 ? format("%.0f", reuse) : format("%g", reuse);
+}
+
+std::string statistics_text(SkipReason code, const MaskStats& stats, const SkipModel& model) {
+  switch (code) {
+    case SkipReason::kWorkingSetFits:
+      return format("K/V working set %.1f MiB fits in the usable L2 (%.1f MiB): row order cannot change HBM traffic",
+                    stats.kv_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB);
+    case SkipReason::kLowDensity:
+      return format("density %.2f%% is below %.2f%%: too little attention work to amortize the plan",
+                    100 * stats.density, 100 * model.min_density);
+    case SkipReason::kWavesFit:
+      return format("the original order's waves read %.1f MiB of K/V on average, which fits in the usable L2 "
+                    "(%.1f MiB): the original order already has the locality",
+                    stats.wave_working_set_bytes / kMiB, stats.usable_l2_bytes / kMiB);
+    case SkipReason::kAdjacentAlike:
+      return format("adjacent rows already share %.0f%% of their blocks (Jaccard >= %.0f%%): the original order has "
+                    "the locality",
+                    100 * stats.adjacent_jaccard, 100 * model.max_adjacent_jaccard);
+    default:  // kNone: every test passed
+      return format("K/V working set %.1f MiB and mean wave working set %.1f MiB exceed the usable L2 (%.1f MiB), "
+                    "density %.1f%%, adjacent Jaccard %.2f: reordering can pay",
+                    stats.kv_working_set_bytes / kMiB, stats.wave_working_set_bytes / kMiB,
+                    stats.usable_l2_bytes / kMiB, 100 * stats.density, stats.adjacent_jaccard);
+  }
+}
+
+std::string gain_text(const SkipGain& gain, double plan_reuse, bool pays) {
+  std::string text = format("predicted kernel gain %.3f ms x %s reuse %s plan cost %.3f ms", gain.gain_ms,
+                            reuse_text(plan_reuse).c_str(), pays ? ">" : "<=", gain.plan_cost_ms);
+  if (!gain.source.empty()) text += " (" + gain.source + ")";
+  return text;
+}
+
+}  // namespace
+
+std::string skip_reason_text(SkipReason code, SkipPolicy policy, Order order, const MaskStats* stats,
+                             const SkipModel& model, const SkipGain* gain) {
+  switch (code) {
+    case SkipReason::kPolicy:
+      return "skip policy 'always'";
+    case SkipReason::kNoGain:
+      return gain ? gain_text(*gain, model.plan_reuse, false) : "predicted gain does not pay for the plan";
+    case SkipReason::kNone:
+      if (order == Order::kOriginal) return "original order requested";
+      if (policy != SkipPolicy::kAuto) return "skip policy 'never'";
+      if (!stats && !gain) return "reordering can pay (neither statistics nor a gain were checked)";
+      if (!gain) return statistics_text(code, *stats, model) + "; decided by the statistics only (no predicted gain)";
+      if (!stats) return gain_text(*gain, model.plan_reuse, true);
+      return statistics_text(code, *stats, model) + "; " + gain_text(*gain, model.plan_reuse, true);
+    case SkipReason::kWorkingSetFits:
+    case SkipReason::kLowDensity:
+    case SkipReason::kWavesFit:
+    case SkipReason::kAdjacentAlike:
+      // A statistics code (perhaps the device's) without the statistics it came from names its test alone.
+      if (!stats) return "skipped by the statistics: " + std::string(to_string(code));
+      return statistics_text(code, *stats, model);
+  }
+  return format("unknown skip reason %d", int(code));
+}
+
+SkipDecision decide_skip(SkipPolicy policy, Order order, const MaskStats* stats, const SkipModel& model,
+                         const SkipGain* gain) {
+  const double gain_ms = gain ? gain->gain_ms : 0.0;
+  SkipDecision decision;
+  decision.code = skip_rule(policy, order == Order::kOriginal, stats, skip_thresholds(model), gain ? &gain_ms : nullptr,
+                            gain ? gain->plan_cost_ms : 0.0, model.plan_reuse);
+  decision.skipped = decision.code != SkipReason::kNone;
+  const bool compared = gain && policy == SkipPolicy::kAuto && order != Order::kOriginal &&
+                        (decision.code == SkipReason::kNone || decision.code == SkipReason::kNoGain);
+  if (compared) {
+    decision.gain_ms = gain->gain_ms;
+    decision.plan_cost_ms = gain->plan_cost_ms;
+  }
+  decision.reason = skip_reason_text(decision.code, policy, order, stats, model, compared ? gain : nullptr);
+  return decision;
+}
+
+SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model) {
+  return decide_skip(SkipPolicy::kAuto, Order::kWaveAlign, &stats, model, nullptr);
+}
+
 SkipDecision decide_by_gain(double gain_ms, double measured_plan_ms, const SkipModel& model) {
-  const double cost_ms = model.plan_cost_ms >= 0 ? model.plan_cost_ms : measured_plan_ms;
-  const double amortized_gain_ms = gain_ms * model.plan_reuse;
-  const bool pays = amortized_gain_ms > cost_ms;
-  return {!pays, format("predicted kernel gain %.3f ms x %.0f reuse %s plan cost %.3f ms", gain_ms, model.plan_reuse,
-                        pays ? ">" : "<=", cost_ms)};
+  const SkipGain gain{gain_ms, model.plan_cost_ms >= 0 ? model.plan_cost_ms : measured_plan_ms, ""};
+  return decide_skip(SkipPolicy::kAuto, Order::kWaveAlign, nullptr, model, &gain);
 }
 
 }  // namespace wavealign

@@ -253,21 +253,31 @@ double profile_gain_ms(const SkipProfile& profile, int64_t tokens, double densit
   return skip_profile_gain_ms(values.grid(), std::log(double(tokens)), double(tokens), density) * heads;
 }
 
+double profile_original_ms(const SkipProfile& profile, int64_t tokens, double density, int heads) {
+  const SkipProfileGridValues values = checked_grid(profile, tokens, density, heads);
+  return skip_profile_original_ms(values.grid(), std::log(double(tokens)), double(tokens), density) * heads;
+}
+
 double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads) {
   const SkipProfileGridValues values = checked_grid(profile, tokens, density, heads);
   return skip_profile_plan_ms(values.grid(), std::log(double(tokens)), density) * heads;
 }
 
+SkipGain profile_skip_gain(const SkipProfile& profile, int64_t tokens, double density, const SkipModel& model) {
+  SkipGain gain;
+  gain.gain_ms = profile_gain_ms(profile, tokens, density, 1);
+  gain.plan_cost_ms = model.plan_cost_ms >= 0 ? model.plan_cost_ms : profile_plan_ms(profile, tokens, density, 1);
+  char where[256];
+  std::snprintf(where, sizeof where, "profile of %s at L = %lld tokens, density %.1f%%", profile.device.c_str(),
+                static_cast<long long>(tokens), 100 * density);
+  gain.source = where;
+  return gain;
+}
+
 SkipDecision decide_by_profile(const MaskStats& stats, int64_t tokens, const SkipProfile& profile,
                                const SkipModel& model) {
-  const double gain_ms = profile_gain_ms(profile, tokens, stats.density, 1);
-  const double plan_ms = profile_plan_ms(profile, tokens, stats.density, 1);
-  SkipDecision decision = decide_by_gain(gain_ms, plan_ms, model);
-  char where[256];
-  std::snprintf(where, sizeof where, " (profile of %s at L = %lld tokens, density %.1f%%)", profile.device.c_str(),
-                static_cast<long long>(tokens), 100 * stats.density);
-  decision.reason += where;
-  return decision;
+  const SkipGain gain = profile_skip_gain(profile, tokens, stats.density, model);
+  return decide_skip(SkipPolicy::kAuto, Order::kWaveAlign, nullptr, model, &gain);
 }
 
 }  // namespace wavealign

@@ -136,6 +136,14 @@ WA_HOST_DEVICE inline double skip_profile_interpolate(const SkipProfileGrid& gri
   return rounded_add(rounded_mul(rounded_sub(1.0, wt), low_tokens), rounded_mul(wt, high_tokens));
 }
 
+/// Per-head kernel time of the original order: time_per_work (interpolated, clamped) x d x L^2, evaluated as
+/// time_per_work * ((L * L) * d).
+WA_HOST_DEVICE inline double skip_profile_original_ms(const SkipProfileGrid& grid, double log_tokens, double tokens,
+                                                      double density) {
+  const double time_per_work = skip_profile_interpolate(grid, grid.time_per_work, log_tokens, density);
+  return rounded_mul(time_per_work, skip_profile_work(tokens, density));
+}
+
 /// Per-head kernel gain at a query of `tokens` tokens (ln tokens = `log_tokens`, taken on the host) and
 /// `density`: relative_gain x time_per_work x d x L^2, the first two interpolated (clamped to the grid), d and
 /// L the query's own, so that beyond the grid the kernel time keeps growing with d x L^2 while the relative
@@ -145,9 +153,7 @@ WA_HOST_DEVICE inline double skip_profile_interpolate(const SkipProfileGrid& gri
 WA_HOST_DEVICE inline double skip_profile_gain_ms(const SkipProfileGrid& grid, double log_tokens, double tokens,
                                                   double density) {
   const double relative_gain = skip_profile_interpolate(grid, grid.relative_gain, log_tokens, density);
-  const double time_per_work = skip_profile_interpolate(grid, grid.time_per_work, log_tokens, density);
-  const double kernel_ms = rounded_mul(time_per_work, skip_profile_work(tokens, density));
-  return rounded_mul(relative_gain, kernel_ms);
+  return rounded_mul(relative_gain, skip_profile_original_ms(grid, log_tokens, tokens, density));
 }
 
 /// Per-head plan time at (ln tokens, density): plan_ms per head, interpolated.

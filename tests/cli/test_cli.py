@@ -1,11 +1,14 @@
 """End-to-end checks of the wavealign CLI: the documented calls, their JSON, files, and exit codes."""
 import json
+import pathlib
 import struct
 
 import numpy as np
 import pytest
 
 ORDERS = ["original", "s1", "s2", "wavealign", "shuffled"]
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+H200_PROFILE = REPOSITORY / "bench" / "results" / "h200-skip-profile.json"
 
 
 def test_documented_random_simulation_meets_the_targets(cli):
@@ -29,11 +32,139 @@ def test_documented_random_simulation_meets_the_targets(cli):
     assert rows["wavealign"]["hbm_read_bytes"] <= 0.5 * rows["original"]["hbm_read_bytes"]
 
 
-def test_default_simulation_prints_a_table(cli):
-    result = cli("simulate")
+def test_documented_simulation_keeps_its_recorded_numbers(cli):
+    # bench/results/cpu-simulator-sweep.json recorded this call's L2 hit ratios and HBM bytes; the skip decision
+    # and the recommendation are added fields and change none of them.
+    recorded = json.loads((REPOSITORY / "bench" / "results" / "cpu-simulator-sweep.json").read_text())["cases"]
+    command = ("simulate --model wan2.1-14b --frames 401 --heads 1 --mask random --density 0.2 --gpu h200 --orders "
+               "original,s1,s2,wavealign,shuffled --seed 0 --json --usable-l2 0.5 --jitter 0.25")
+    cases = {case["order"]: case for case in recorded if case["command"] == command}
+    assert sorted(cases) == sorted(ORDERS)
+    rows = {row["order"]: row for row in json.loads(cli(*command.split()).stdout)["results"]}
+    for order, case in cases.items():
+        assert rows[order]["l2_hit_ratio"] == case["l2_hit_ratio"], order
+        assert rows[order]["hbm_read_bytes"] == case["hbm_read_bytes"], order
+
+
+def test_default_simulation_explains_its_columns_and_ends_with_a_recommendation(cli):
+    lines = cli("simulate").stdout.strip().splitlines()
+    table = "\n".join(lines)
     for order in ORDERS:
-        assert order in result.stdout
-    assert "L2 hit" in result.stdout and "skip decision" in result.stdout
+        assert any(line.startswith(order + " ") for line in lines), order
+    assert "L2 hit" in table and "skip decision" in table
+    legend = {line.split(":")[0].strip() for line in lines if line.startswith("  ") and ":" in line}
+    assert {"pred. ms", "plan ms", "skip decision"} <= legend
+    assert "max(C, M) + 0.23 x min(C, M)" in table and "the GPU planner's time on NVIDIA H200" in table
+    # The target GPU's plan cost (about 0.12 ms per head on the H200), not this machine's CPU plan (milliseconds).
+    wavealign = next(line for line in lines if line.startswith("wavealign "))
+    assert wavealign.split()[5] == "reorder" and float(wavealign.split()[4]) < 0.5, wavealign
+    last = lines[-1]
+    assert last.startswith("recommendation: --order wavealign, predicted speedup over the original order ")
+    assert "at 1 reuse" in last
+    assert last.endswith("on your mask: wavealign reorder --mask MASK.npy --order wavealign --out perm.npy")
+
+
+def test_readme_quotes_the_default_recommendation(cli):
+    readme = (REPOSITORY / "README.md").read_text()
+    quoted = readme.split("ends with one line to act on:")[1].split("```")[1]
+    assert " ".join(quoted.split()) == cli("simulate").stdout.strip().splitlines()[-1]
+
+
+def test_default_simulation_json_carries_the_decision_and_the_recommendation(cli):
+    out = json.loads(cli("simulate", "--json").stdout)
+    assert out["skip"]["gain"] == "profile" and out["skip"]["plan_cost"] == "profile"
+    assert out["skip"]["profile"]["device"] == "NVIDIA H200"
+    rows = {row["order"]: row for row in out["results"]}
+    assert rows["original"]["plan_cost_ms"] == 0 and not rows["original"]["skip"]["skipped"]
+    wavealign = rows["wavealign"]
+    assert wavealign["skip"]["reordered_heads"] == 2 and not wavealign["skip"]["skipped"]
+    heads = wavealign["skip"]["heads"]
+    assert [head["code"] for head in heads] == ["none", "none"]
+    assert wavealign["plan_cost_ms"] == pytest.approx(sum(head["plan_cost_ms"] for head in heads))
+    for head in heads:
+        assert head["gain_ms"] * out["skip"]["plan_reuse"] > head["plan_cost_ms"]
+        assert "reordering can pay" in head["reason"] and "profile of NVIDIA H200" in head["reason"]
+    recommendation = out["recommendation"]
+    assert recommendation["order"] == "wavealign" and recommendation["source"] == "profile"
+    assert recommendation["speedup"] > recommendation["speedup_with_plan"] > 1
+    assert recommendation["command"] == "wavealign reorder --mask MASK.npy --order wavealign --out perm.npy"
+
+
+def skip_decision(cli, tokens, density, *extra):
+    out = json.loads(cli("skip", "--tokens", tokens, "--density", repr(density), "--json", *extra).stdout)
+    return out["decisions"][0]
+
+
+@pytest.mark.parametrize("args", [[], ["--plan-reuse", "0.1"], ["--frames", "41"]])
+def test_simulate_and_skip_decide_alike(cli, args):
+    # For every head that passes the statistics, simulate and skip read one profile at one point: the same gain,
+    # the same plan cost, the same decision (at 0.1 reuse both keep the original order, at 161 frames both
+    # reorder). At 41 frames the K/V of a head fits in the L2: the statistics skip it, and the profile agrees.
+    out = json.loads(cli("simulate", "--orders", "original,wavealign", "--json", *args).stdout)
+    tokens = out["workload"]["tokens"]
+    reuse = args[1:] if args[:1] == ["--plan-reuse"] else []
+    wavealign = next(row for row in out["results"] if row["order"] == "wavealign")
+    for head in wavealign["skip"]["heads"]:
+        by_skip = skip_decision(cli, tokens, head["density"], *(["--plan-reuse", *reuse] if reuse else []))
+        assert head["skipped"] == by_skip["skipped"], (head, by_skip)
+        if head["code"] in ("none", "no-gain"):
+            assert head["gain_ms"] == by_skip["gain_ms"] and head["plan_cost_ms"] == by_skip["plan_ms"]
+            assert head["reason"].endswith(by_skip["reason"])
+        else:
+            assert head["code"] == "working-set-fits" and args == ["--frames", "41"]
+    expected = "original" if args else "wavealign"
+    assert out["recommendation"]["order"] == expected
+
+
+def test_skip_reads_the_built_in_profile_of_the_gpu(cli):
+    args = ["--tokens", "25200,147600,363600", "--density", "0.05,0.28,0.5", "--json"]
+    built_in = json.loads(cli("skip", *args).stdout)
+    from_file = json.loads(cli("skip", "--profile", H200_PROFILE, *args).stdout)
+    assert built_in["decisions"] == from_file["decisions"]
+    assert built_in["profile"] == "built-in bench/results/h200-skip-profile.json"
+    result = cli("skip", "--gpu", "a40", "--tokens", "1000", "--density", "0.2", check=False)
+    assert result.returncode == 2 and "--profile" in result.stderr and "a40" in result.stderr
+
+
+def test_simulate_plan_cost_choices(cli):
+    base = ["simulate", "--orders", "original,wavealign", "--json"]
+    cpu = json.loads(cli(*base, "--plan-cost", "cpu").stdout)
+    assert cpu["skip"]["plan_cost"] == "cpu" and cpu["skip"]["gain"] == "profile"
+    cpu_row = cpu["results"][1]
+    assert cpu_row["plan_cost_ms"] > 0 and "this machine's CPU plan" in cpu_row["skip"]["heads"][0]["reason"]
+    fixed = json.loads(cli(*base, "--plan-cost", "1000").stdout)
+    assert fixed["skip"]["plan_cost"] == "fixed" and fixed["skip"]["fixed_plan_cost_ms"] == 1000
+    assert [head["plan_cost_ms"] for head in fixed["results"][1]["skip"]["heads"]] == [1000, 1000]
+    assert fixed["results"][1]["skip"]["skipped"] and fixed["recommendation"]["order"] == "original"
+    free = json.loads(cli(*base, "--plan-cost", "0").stdout)
+    assert free["recommendation"]["speedup_with_plan"] == free["recommendation"]["speedup"]
+    # Without a profile the simulator predicts each head's gain; the plan cost is then this machine's CPU plan.
+    simulated = json.loads(cli(*base, "--profile", "none").stdout)
+    assert simulated["skip"]["gain"] == "simulator" and simulated["skip"]["plan_cost"] == "cpu"
+    assert simulated["skip"]["profile"] is None
+    for head in simulated["results"][1]["skip"]["heads"]:
+        assert "simulated gain" in head["reason"]
+
+
+def test_a_gpu_without_a_profile_says_so(cli):
+    text = cli("simulate", "--gpu", "h100", "--orders", "original,wavealign").stdout
+    assert "no skip profile for h100" in text and "this machine's CPU plan time" in text
+    assert text.strip().splitlines()[-1].startswith("recommendation: ")
+    out = json.loads(cli("simulate", "--gpu", "h100", "--orders", "original,wavealign", "--json").stdout)
+    assert out["skip"]["gain"] == "simulator" and out["skip"]["plan_cost"] == "cpu"
+    # A profile file stands in for the missing one, and the recommended command carries it.
+    given = json.loads(cli("simulate", "--gpu", "h100", "--orders", "original,wavealign", "--profile", H200_PROFILE,
+                           "--json").stdout)
+    assert given["skip"]["gain"] == "profile" and given["skip"]["profile"]["origin"] == str(H200_PROFILE)
+    assert f"--gpu h100" in given["recommendation"]["command"]
+    assert f"--profile {H200_PROFILE}" in given["recommendation"]["command"]
+
+
+def test_simulate_of_a_mask_file_recommends_the_command_for_that_file(cli, tmp_path):
+    mask = write_mask(tmp_path / "m.npy", np.random.default_rng(3).random((1, 1200, 1200)) < 0.3)
+    out = json.loads(cli("simulate", "--mask", mask, "--json").stdout)
+    assert out["recommendation"]["order"] == "wavealign"
+    assert out["recommendation"]["command"] == f"wavealign reorder --mask {mask} --order wavealign --out perm.npy"
 
 
 def write_mask(path, mask):
@@ -46,7 +177,8 @@ def test_reorder_writes_a_permutation_per_head(cli, tmp_path):
     mask = rng.random((2, 300, 280)) < 0.3
     masks = write_mask(tmp_path / "mask.npy", mask)
     perm_path = tmp_path / "perm.npy"
-    result = cli("reorder", "--mask", masks, "--out", perm_path, "--order", "wavealign", "--wave-size", "32", "--json")
+    result = cli("reorder", "--mask", masks, "--out", perm_path, "--order", "wavealign", "--wave-size", "32",
+                 "--skip", "never", "--json")
     summary = json.loads(result.stdout)
     assert summary["heads"] == 2 and summary["q_blocks"] == 300 and summary["wave_size"] == 32
     perm = np.load(perm_path)
@@ -57,6 +189,39 @@ def test_reorder_writes_a_permutation_per_head(cli, tmp_path):
         for start in range(0, 300, 32):
             wave = nnz[start:start + 32]
             assert all(wave[k] >= wave[k + 1] for k in range(len(wave) - 1))
+
+
+def test_reorder_skips_by_default_where_reordering_cannot_pay(cli, tmp_path):
+    # 280 KV blocks x 64 KiB = 17.5 MiB fit in the H200's usable 30 MiB: the adaptive skip (the default) keeps the
+    # original order; --skip never reorders.
+    masks = write_mask(tmp_path / "mask.npy", np.random.default_rng(0).random((2, 300, 280)) < 0.3)
+    auto = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "auto.npy", "--json").stdout)
+    assert auto["skip"] == "auto" and auto["skipped_heads"] == 2
+    assert [head["code"] for head in auto["head_plans"]] == ["working-set-fits"] * 2
+    assert (np.load(tmp_path / "auto.npy") == np.arange(300)).all()
+    never = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "never.npy", "--skip", "never",
+                           "--json").stdout)
+    assert never["skipped_heads"] == 0 and not (np.load(tmp_path / "never.npy") == np.arange(300)).all()
+    text = cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy").stdout
+    assert "2 head(s) kept the original order" in text and "fits in the usable L2" in text
+
+
+def test_reorder_decides_with_the_built_in_profile(cli, tmp_path):
+    # 1,200 x 1,200 blocks at density 0.3 pass the statistics; the profile of the H200 read at 153,600 tokens
+    # pays for the plan at 1 reuse and not at 0.01.
+    masks = write_mask(tmp_path / "mask.npy", np.random.default_rng(4).random((1, 1200, 1200)) < 0.3)
+    paid = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy", "--json").stdout)
+    assert paid["profile"] == "built-in bench/results/h200-skip-profile.json" and paid["skipped_heads"] == 0
+    assert "profile of NVIDIA H200 at L = 153600 tokens" in paid["head_plans"][0]["reason"]
+    rare = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy", "--plan-reuse", "0.01",
+                          "--json").stdout)
+    assert rare["skipped_heads"] == 1 and rare["head_plans"][0]["code"] == "no-gain"
+    short = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy", "--tokens", "25200",
+                           "--json").stdout)
+    assert short["head_plans"][0]["code"] == "no-gain" and "L = 25200 tokens" in short["head_plans"][0]["reason"]
+    file = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy", "--profile", H200_PROFILE,
+                          "--json").stdout)
+    assert file["head_plans"][0]["reason"] == paid["head_plans"][0]["reason"]
 
 
 def test_reorder_accepts_a_single_head_uint8_mask(cli, tmp_path):
@@ -88,19 +253,113 @@ def test_generate_then_viz_writes_a_png(cli, tmp_path):
 
 @pytest.mark.parametrize("args, named", [
     (["simulate", "--density", "1.5"], "--density"),
-    (["simulate", "--orders", "original,zigzag"], "order"),
-    (["simulate", "--gpu", "b200"], "gpu"),
-    (["simulate", "--frames", "400"], "frames"),
+    (["simulate", "--density", "nan"], "--density"),
+    (["simulate", "--density", "0"], "--density"),
+    (["simulate", "--orders", "original,zigzag"], "--orders"),
+    (["simulate", "--gpu", "b200"], "--gpu"),
+    (["simulate", "--model", "wan3"], "--model"),
+    (["simulate", "--traversal", "zigzag"], "--traversal"),
+    (["simulate", "--head-order", "random"], "--head-order"),
+    (["simulate", "--cache-model", "lru"], "--cache-model"),
+    (["simulate", "--frames", "400"], "--frames"),
+    (["simulate", "--frames", "0"], "--frames"),
+    (["simulate", "--frames", "1e3"], "--frames"),
+    (["simulate", "--heads", "0"], "--heads"),
+    (["simulate", "--heads", "41"], "--heads"),
     (["simulate", "--mask", "no-such-file.npy"], "--mask"),
     (["simulate", "--block", "96"], "--block"),
+    (["simulate", "--block", "-64"], "--block"),
+    (["simulate", "--seed", "-1"], "--seed"),
+    (["simulate", "--seed", "18446744073709551616"], "--seed"),
+    (["simulate", "--seed", "1.5"], "--seed"),
+    (["simulate", "--wave-size", "-3"], "--wave-size"),
+    (["simulate", "--wave-size", "99999999999"], "--wave-size"),
+    (["simulate", "--iterations", "0"], "--iterations"),
+    (["simulate", "--iterations", "1001"], "--iterations"),
+    (["simulate", "--usable-l2", "7"], "--usable-l2"),
+    (["simulate", "--usable-l2", "0"], "--usable-l2"),
+    (["simulate", "--usable-l2", "inf"], "--usable-l2"),
+    (["simulate", "--jitter", "nan"], "--jitter"),
+    (["simulate", "--jitter", "1"], "--jitter"),
+    (["simulate", "--jitter", "-0.1"], "--jitter"),
+    (["simulate", "--plan-reuse", "-1"], "--plan-reuse"),
+    (["simulate", "--plan-reuse", "0"], "--plan-reuse"),
+    (["simulate", "--plan-reuse", "nan"], "--plan-reuse"),
+    (["simulate", "--plan-reuse", "inf"], "--plan-reuse"),
+    (["simulate", "--plan-cost", "fast"], "--plan-cost"),
+    (["simulate", "--plan-cost", "-2"], "--plan-cost"),
+    (["simulate", "--plan-cost", "nan"], "--plan-cost"),
+    (["simulate", "--profile", "no-such-profile.json"], "--profile"),
+    (["generate", "--mask", "file.npy", "--out", "x.npy"], "--mask"),
+    (["generate", "--density", "-0.5", "--out", "x.npy"], "--density"),
     (["reorder", "--mask", "no-such-file.npy", "--out", "x.npy"], "--mask"),
     (["simulate", "--no-such-flag"], "--no-such-flag"),
     (["reorder"], "--mask"),
+    (["skip", "--tokens", "1000", "--density", "0.2", "--heads", "0"], "--heads"),
+    (["skip", "--tokens", "1000", "--density", "0.2", "--plan-cost-ms", "nan"], "--plan-cost-ms"),
+    (["skip", "--tokens", "1000", "--density", "0.2", "--plan-reuse", "inf"], "--plan-reuse"),
+    (["skip", "--tokens", "1000", "--density", "0.2", "--gpu", "b200"], "--gpu"),
 ])
 def test_bad_arguments_exit_2_with_a_named_message(cli, args, named):
     result = cli(*args, check=False)
     assert result.returncode == 2, result.stderr
     assert named in result.stderr
+
+
+@pytest.fixture
+def small_mask(tmp_path):
+    return write_mask(tmp_path / "small.npy", np.random.default_rng(5).random((2, 64, 64)) < 0.3)
+
+
+@pytest.mark.parametrize("command, args, named", [
+    ("reorder", ["--seed", "-1"], "--seed"),
+    ("reorder", ["--seed", "18446744073709551616"], "--seed"),
+    ("reorder", ["--wave-size", "-3"], "--wave-size"),
+    ("reorder", ["--iterations", "0"], "--iterations"),
+    ("reorder", ["--threads", "-2"], "--threads"),
+    ("reorder", ["--plan-reuse", "nan"], "--plan-reuse"),
+    ("reorder", ["--plan-reuse", "-1"], "--plan-reuse"),
+    ("reorder", ["--tokens", "0"], "--tokens"),
+    ("reorder", ["--block", "0"], "--block"),
+    ("reorder", ["--skip", "sometimes"], "--skip"),
+    ("reorder", ["--order", "zigzag"], "--order"),
+    ("reorder", ["--gpu", "b200"], "--gpu"),
+    ("reorder", ["--profile", "no-such-profile.json"], "--profile"),
+    ("viz", ["--wave-size", "-3"], "--wave-size"),
+    ("viz", ["--seed", "-1"], "--seed"),
+    ("viz", ["--head", "-1"], "--head"),
+    ("viz", ["--head", "2"], "--head"),
+    ("viz", ["--max-pixels", "0"], "--max-pixels"),
+    ("viz", ["--max-pixels", "8"], "--max-pixels"),
+    ("viz", ["--order", "zigzag"], "--order"),
+    ("viz", ["--gpu", "b200"], "--gpu"),
+])
+def test_bad_numbers_of_mask_commands_exit_2_with_the_flag(cli, tmp_path, small_mask, command, args, named):
+    out = tmp_path / ("x.png" if command == "viz" else "x.npy")
+    result = cli(command, "--mask", small_mask, "--out", out, *args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr
+    assert "'max_pixels'" not in result.stderr and "'config'" not in result.stderr
+    assert not out.exists()
+
+
+def test_viz_rejects_a_permutation_that_is_not_one(cli, tmp_path, small_mask):
+    duplicated = np.tile(np.arange(64, dtype=np.int32), (2, 1))
+    duplicated[0, 1] = 0
+    np.save(tmp_path / "perm.npy", duplicated)
+    result = cli("viz", "--mask", small_mask, "--perm", tmp_path / "perm.npy", "--out", tmp_path / "x.png", check=False)
+    assert result.returncode == 2 and "--perm" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 5), (2, 0, 5), (2, 5, 0), (0, 5)])
+@pytest.mark.parametrize("command", ["reorder", "viz", "simulate"])
+def test_masks_with_an_empty_dimension_exit_2(cli, tmp_path, shape, command):
+    mask = write_mask(tmp_path / "empty.npy", np.zeros(shape, bool))
+    out = tmp_path / ("x.png" if command == "viz" else "x.npy")
+    args = ["--mask", mask] + ([] if command == "simulate" else ["--out", out])
+    result = cli(command, *args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "--mask" in result.stderr and "empty dimension" in result.stderr and "empty.npy" in result.stderr
 
 
 def test_malformed_mask_file_exits_2(cli, tmp_path):
@@ -164,8 +423,12 @@ def test_skip_reads_the_profile_and_interpolates(cli, tmp_path):
 
 @pytest.mark.parametrize("args, named", [
     (["--tokens", "1000", "--density", "1.5"], "--density"),
+    (["--tokens", "1000", "--density", "0.2,nan"], "--density"),
     (["--tokens", "0", "--density", "0.2"], "--tokens"),
+    (["--tokens", "1000,-5", "--density", "0.2"], "--tokens"),
     (["--tokens", "1000", "--density", "0.2", "--plan-reuse", "0"], "--plan-reuse"),
+    (["--tokens", "1000", "--density", "0.2", "--plan-reuse", "nan"], "--plan-reuse"),
+    (["--tokens", "1000", "--density", "0.2", "--plan-cost-ms", "-1"], "--plan-cost-ms"),
 ])
 def test_skip_rejects_bad_queries(cli, tmp_path, args, named):
     profile = write_profile(tmp_path / "profile.json")

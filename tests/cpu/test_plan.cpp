@@ -331,6 +331,18 @@ TEST(Skip, GainAgainstCostDecides) {
   EXPECT_FALSE(decide_by_gain(0.5, 10.0, config.skip_model).skipped) << "100 reuses of a 0.5 ms gain pay 10 ms";
 }
 
+TEST(Skip, AutoIsTheDefaultPolicy) {
+  // 200 KV blocks fit in the usable L2: a default config keeps the original order; asking for kNever reorders.
+  const BlockMask mask = bernoulli_mask(1, 200, 200, 0.3, 1);
+  const PlanConfig defaults;
+  EXPECT_EQ(defaults.skip, SkipPolicy::kAuto);
+  const Plan plan = make_plan(mask, defaults);
+  EXPECT_EQ(plan.head_plans[0].skip.code, SkipReason::kWorkingSetFits);
+  PlanConfig never;
+  never.skip = SkipPolicy::kNever;
+  EXPECT_EQ(make_plan(mask, never).skipped_heads(), 0);
+}
+
 TEST(Skip, AlwaysAndNeverPolicies) {
   const BlockMask mask = bernoulli_mask(2, 50, 50, 0.3, 4);
   PlanConfig config = config_for(Order::kWaveAlign, 10);
@@ -388,9 +400,17 @@ TEST(PlanErrors, BadArgumentsAreNamed) {
   config = {};
   config.threads = -2;
   expect_argument(config, "threads");
+  for (double reuse : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    config = {};
+    config.skip_model.plan_reuse = reuse;
+    expect_argument(config, "plan_reuse");
+  }
   config = {};
-  config.skip_model.plan_reuse = 0;
-  expect_argument(config, "plan_reuse");
+  config.skip_model.plan_cost_ms = std::nan("");  // would otherwise fall back to the measured time unnoticed
+  expect_argument(config, "plan_cost_ms");
+  config = {};
+  config.skip_model.min_density = std::nan("");
+  expect_argument(config, "skip_model");
   EXPECT_THROW(centered_subspace(mask, 1, 10, 0), InvalidArgument);
   EXPECT_THROW(head_permutation(mask, 0, Order::kWaveAlign, 0, 10, 0), InvalidArgument);
   std::vector<int32_t> order{0, 1, 2};

@@ -358,6 +358,29 @@ TEST(DecideByProfile, GainAgainstPlanCostOnBothSidesOfBreakEven) {
   EXPECT_TRUE(decide_by_profile(stats_with_density(0.1), 10000, profile, model).skipped);
 }
 
+TEST(ProfileOriginal, MeasuredTimePerHeadAtGridPointsAndScaledBeyond) {
+  const SkipProfile profile = grid_profile();
+  for (const SkipProfilePoint& point : profile.points)
+    expect_close(profile_original_ms(profile, point.tokens, point.density, 1), point.original_ms / point.heads);
+  expect_close(profile_original_ms(profile, 40000, 0.3, 3), 3 * 24.0);
+  // Past the longest length the time per work stays 0.5e-7 and the work grows: 0.5e-7 x 0.3 x 80000^2.
+  expect_close(profile_original_ms(profile, 80000, 0.3, 1), 0.5e-7 * 0.3 * 80000.0 * 80000.0);
+  // The gain is the relative gain of the same kernel time.
+  expect_close(profile_gain_ms(profile, 40000, 0.3, 1), 0.2 * profile_original_ms(profile, 40000, 0.3, 1));
+}
+
+TEST(ProfileSkipGain, GainPlanCostAndWhereTheyWereRead) {
+  const SkipProfile profile = grid_profile();
+  SkipModel model;
+  const SkipGain gain = profile_skip_gain(profile, 40000, 0.1, model);
+  expect_close(gain.gain_ms, 0.8);
+  expect_close(gain.plan_cost_ms, 0.5);
+  EXPECT_EQ(gain.source, "profile of Test GPU at L = 40000 tokens, density 10.0%");
+  model.plan_cost_ms = 2;  // a fixed cost replaces the profile's
+  EXPECT_EQ(profile_skip_gain(profile, 40000, 0.1, model).plan_cost_ms, 2);
+  EXPECT_EQ(profile_skip_gain(profile, 40000, 0.1, model).gain_ms, gain.gain_ms);
+}
+
 TEST(DecideByProfile, MatchesDecideByGainOnTheInterpolatedValues) {
   const SkipProfile profile = grid_profile();
   SkipModel model;

@@ -392,6 +392,7 @@ TEST(GpuPlan, EmptyRowsAndEmptyMasks) {
     PlanConfig config;
     config.order = order;
     config.wave_size = 16;
+    config.skip = SkipPolicy::kNever;
     compare_with_cpu(with_empty_rows, config, "empty rows");
     // Degenerate embeddings (e_0, e_1) are computed exactly on both sides: equal permutations expected.
     for (const BlockMask* mask : {&empty, &no_columns}) {
@@ -421,13 +422,16 @@ TEST(GpuPlan, SkipFlagsFollowTheStatistics) {
     const GpuModel gpu = gpu_model(config.gpu);
     for (int h = 0; h < mask->heads(); ++h) {
       const MaskStats stats = mask_stats(*mask, h, gpu, config.skip_model);
-      const bool skipped = decide_by_statistics(stats, config.skip_model).skipped;
-      EXPECT_EQ(result.skip[h] != uint8_t(GpuSkipReason::kNone), skipped) << "head " << h;
+      const SkipDecision expected = decide_by_statistics(stats, config.skip_model);
+      const bool skipped = expected.skipped;
+      EXPECT_EQ(result.skip[h], uint8_t(expected.code)) << "head " << h << ": " << expected.reason;
       if (skipped)
         for (int p = 0; p < mask->q_blocks(); ++p) EXPECT_EQ(result.permutations[size_t(h) * mask->q_blocks() + p], p);
     }
   }
-  EXPECT_EQ(run_gpu(small, PlanConfig{}, Form::kDense).skip, std::vector<uint8_t>(2, 0));
+  PlanConfig never;
+  never.skip = SkipPolicy::kNever;
+  EXPECT_EQ(run_gpu(small, never, Form::kDense).skip, std::vector<uint8_t>(2, 0));
   PlanConfig always;
   always.skip = SkipPolicy::kAlways;
   const GpuResult result = run_gpu(small, always, Form::kDense);
@@ -440,6 +444,7 @@ TEST(GpuPlan, GraphCaptureAndCache) {
   const BlockMask mask = test_support::bernoulli_mask(3, 150, 120, 0.3, 8);
   PlanConfig config;
   config.wave_size = 32;
+  config.skip = SkipPolicy::kNever;
   const OwnStream stream;
   PreparedPlanner prepared(mask, config, stream.get());
   GpuPlanner& planner = prepared.planner;
@@ -587,6 +592,7 @@ TEST(GpuPlanPermutedCsr, MatchesTheCpuPermutedMask) {
     configs.back().order = order;
     configs.back().wave_size = 24;
     configs.back().seed = 5;
+    configs.back().skip = SkipPolicy::kNever;
   }
   // Every head skipped: the identity permutation, so the permuted CSR is the input's.
   configs.push_back(configs.front());
@@ -605,6 +611,7 @@ TEST(GpuPlanPermutedCsr, CapacityBelowNnzWritesNothingPastIt) {
   const BlockMask mask = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
   PlanConfig config;
   config.wave_size = 24;
+  config.skip = SkipPolicy::kNever;
   const int64_t nnz = mask.nnz();
   ASSERT_GT(nnz, 100);
   const PermutedCsrResult full = run_permuted_csr(mask, config, Form::kCsr, nnz);
@@ -634,6 +641,7 @@ TEST(GpuPlanPermutedCsr, GraphReplayAndCache) {
   const BlockMask mask = test_support::bernoulli_mask(3, 150, 120, 0.3, 8);
   PlanConfig config;
   config.wave_size = 32;
+  config.skip = SkipPolicy::kNever;
   const OwnStream stream;
   PreparedPlanner prepared(mask, config, stream.get());
   DeviceMaskCopy device_mask(mask, Form::kCsr);
@@ -764,6 +772,7 @@ std::vector<bool> expect_profile_skips_like_the_cpu(const BlockMask& mask, const
       skipped[size_t(h)] = expected.skip.skipped;
       expect_stats_equal(gpu.stats[h], mask_stats(mask, h, gpu_preset, config.skip_model), where);
       EXPECT_EQ(gpu.skip[h] != uint8_t(GpuSkipReason::kNone), expected.skip.skipped) << where;
+      EXPECT_EQ(gpu.skip[h], uint8_t(expected.skip.code)) << where;
       if (expected.skip.skipped)
         EXPECT_EQ(gpu.skip[h] == uint8_t(GpuSkipReason::kNoGain), decided_by_profile(expected)) << where;
       const std::vector<int32_t> gpu_head(gpu.permutations.begin() + ptrdiff_t(h) * rows,

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "checks.h"
 #include "commands.h"
 #include "wavealign/error.h"
 #include "wavealign/gpu.h"
@@ -43,6 +45,9 @@ struct BenchOptions {
   WorkloadOptions workload;
   std::string gpu = "h200";
   std::string order;  // empty: the order `simulate` recommends
+  int wave_size = 0;
+  int iterations = 10;
+  double plan_reuse = 1;
   int head_dim = 128;
   double warmup_ms = 2000;
   int iters = 5;
@@ -100,6 +105,8 @@ std::string workload_flags(const BenchOptions& options) {
   flags << " --model " << quoted(w.model) << " --frames " << w.frames << " --heads " << w.heads << " --mask "
         << quoted(w.mask) << " --density " << w.density << " --seed " << w.seed << " --gpu " << quoted(options.gpu);
   if (w.block != 0) flags << " --block " << w.block;
+  flags << " --wave-size " << options.wave_size << " --iterations " << options.iterations << " --plan-reuse "
+        << options.plan_reuse;
   return flags.str();
 }
 
@@ -129,7 +136,7 @@ std::optional<cudaDeviceProp> local_gpu(std::string* reason) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
-    *reason = status != cudaSuccess ? std::string("no CUDA device (") + cudaGetErrorString(status) + ")"
+    *reason = status != cudaSuccess ? std::string("no CUDA device (the CUDA runtime: ") + cudaGetErrorString(status) + ")"
                                     : "no CUDA device";
     return std::nullopt;
   }
@@ -293,16 +300,10 @@ std::string cell(double value, const char* pattern) {
 nlohmann::json number_or_null(double value) { return value < 0 ? nlohmann::json() : nlohmann::json(value); }
 
 int run_bench(const BenchOptions& options) {
-  WA_CHECK_ARG(options.iters >= 1, "--iters", "must be >= 1, got ", options.iters);
-  WA_CHECK_ARG(std::isfinite(options.warmup_ms) && options.warmup_ms >= 0, "--warmup-ms",
-               "must be a number of milliseconds >= 0, got ", options.warmup_ms);
   WA_CHECK_ARG(options.head_dim == 64 || options.head_dim == 128, "--head-dim", "must be 64 or 128, got ",
                options.head_dim);
-  WA_CHECK_ARG(options.l2 == "cold" || options.l2 == "warm", "--l2", "must be cold or warm, got ", options.l2);
-  WA_CHECK_ARG(options.peers == "auto" || options.peers == "none", "--peers", "must be auto or none, got ",
-               options.peers);
-  if (!options.order.empty()) from_string<Order>(options.order);
-  const GpuModel gpu = gpu_model(from_string<GpuPreset>(options.gpu));
+  if (!options.order.empty()) enum_flag<Order>("--order", options.order);
+  const GpuModel gpu = gpu_model(enum_flag<GpuPreset>("--gpu", options.gpu));
   const Workload workload = make_workload(options.workload, gpu.default_block);
   const Prediction prediction = predict(options);
   const std::string order = prediction.recommended;
@@ -326,6 +327,8 @@ int run_bench(const BenchOptions& options) {
       PlanConfig config;
       config.order = from_string<Order>(order);
       config.gpu = gpu.preset;
+      config.wave_size = options.wave_size;
+      config.iterations = options.iterations;
       config.seed = options.workload.seed;
       config.skip = SkipPolicy::kNever;
       const Plan plan = make_plan(workload.mask, config);
@@ -406,7 +409,7 @@ int run_bench(const BenchOptions& options) {
     std::printf("device: %s; bf16, head_dim %d, %s L2, %.0f ms of warm-up, median of %d\n", device_name.c_str(),
                 options.head_dim, options.l2.c_str(), options.warmup_ms, options.iters);
   std::printf("order: %s (%s)\n\n", order.c_str(),
-              options.order.empty() ? "the simulator's recommendation" : "--order");
+              options.order.empty() ? "recommended by wavealign simulate" : "--order");
   std::printf("%-20s %-10s %10s %8s %12s %14s %16s\n", "impl", "order", "ms", "TF/s", "vs original", "predicted ms",
               "predicted speedup");
   for (const Row& row : rows) {
@@ -441,15 +444,25 @@ Runner add_bench(CLI::App& app) {
   command->add_option("--gpu", options->gpu, "GPU preset of the prediction: h100, h200, a40")->capture_default_str();
   command->add_option("--order", options->order,
                       "row order to compare with the original (default: the one `simulate` recommends)");
+  add_wave_size_option(*command, options->wave_size);
+  add_iterations_option(*command, options->iterations);
+  add_plan_reuse_option(*command, options->plan_reuse, "attention calls that share one plan (the recommendation)");
   command->add_option("--head-dim", options->head_dim, "head dimension of the random Q, K, V: 64 or 128")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(1));
   command->add_option("--warmup-ms", options->warmup_ms,
                       "warm-up kernel time before each timing (the GPU's steady, power-capped clock)")
-      ->capture_default_str();
-  command->add_option("--iters", options->iters, "timed launches; the median is reported")->capture_default_str();
-  command->add_option("--l2", options->l2, "cold (flush L2 before each launch) or warm")->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in({0, std::numeric_limits<double>::infinity(), false, false}));
+  command->add_option("--iters", options->iters, "timed launches; the median is reported")
+      ->capture_default_str()
+      ->check(integer_in(1));
+  command->add_option("--l2", options->l2, "cold (flush L2 before each launch) or warm")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cold", "warm"}));
   command->add_option("--peers", options->peers, "auto (FlashAttention-4 / FlexAttention where installed) or none")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none"}));
   command->add_option("--python", options->python, "interpreter of python3 -m wavealign.bench")
       ->capture_default_str();
   command->add_flag("--json", options->json, "print one JSON object");

@@ -3,9 +3,12 @@
 
 #include <iostream>
 
+#include "builtin_profiles.h"
+#include "checks.h"
 #include "commands.h"
 #include "wavealign/io.h"
 #include "wavealign/plan.h"
+#include "workload_options.h"
 
 namespace wavealign::cli {
 
@@ -16,7 +19,11 @@ struct ReorderOptions {
   std::string out;
   std::string order = "wavealign";
   std::string gpu = "h200";
-  std::string skip = "never";
+  std::string skip = "auto";
+  std::string profile;  // empty: the built-in profile of --gpu
+  double plan_reuse = 1;
+  int64_t tokens = 0;   // 0: q_blocks x --block
+  int block = 128;
   int wave_size = 0;
   int iterations = 10;
   uint64_t seed = 0;
@@ -25,15 +32,20 @@ struct ReorderOptions {
 };
 
 int run_reorder(const ReorderOptions& options) {
-  const BlockMask mask = mask_from_npy(read_npy(options.mask), options.mask);
+  const BlockMask mask = load_mask_file(options.mask);
   PlanConfig config;
-  config.order = from_string<Order>(options.order);
-  config.gpu = from_string<GpuPreset>(options.gpu);
-  config.skip = from_string<SkipPolicy>(options.skip);
+  config.order = enum_flag<Order>("--order", options.order);
+  config.gpu = enum_flag<GpuPreset>("--gpu", options.gpu);
+  config.skip = enum_flag<SkipPolicy>("--skip", options.skip);
   config.wave_size = options.wave_size;
   config.iterations = options.iterations;
   config.seed = options.seed;
   config.threads = options.threads;
+  config.skip_model.plan_reuse = options.plan_reuse;
+  config.skip_model.kv_block = options.block;
+  config.tokens = options.tokens;
+  const ProfileChoice profile = choose_profile(options.profile, config.gpu);
+  config.profile = profile.profile;
   const Plan plan = make_plan(mask, config);
   write_npy(options.out, permutations_to_npy(plan.permutations(), plan.heads, plan.q_blocks));
 
@@ -41,6 +53,7 @@ int run_reorder(const ReorderOptions& options) {
     nlohmann::json heads = nlohmann::json::array();
     for (const HeadPlan& head_plan : plan.head_plans)
       heads.push_back({{"skipped", head_plan.skip.skipped},
+                       {"code", to_string(head_plan.skip.code)},
                        {"reason", head_plan.skip.reason},
                        {"plan_ms", head_plan.plan_ms},
                        {"stage1_ms", head_plan.stage1_ms},
@@ -52,6 +65,8 @@ int run_reorder(const ReorderOptions& options) {
     std::cout << nlohmann::json{{"mask", options.mask},
                                 {"out", options.out},
                                 {"order", options.order},
+                                {"skip", options.skip},
+                                {"profile", profile.origin},
                                 {"heads", plan.heads},
                                 {"q_blocks", plan.q_blocks},
                                 {"kv_blocks", plan.kv_blocks},
@@ -63,8 +78,11 @@ int run_reorder(const ReorderOptions& options) {
               << std::endl;
   } else {
     std::cout << "wrote " << options.out << ": " << plan.heads << " x " << plan.q_blocks << " permutation ("
-              << options.order << ", wave size " << plan.wave_size << ", " << plan.skipped_heads()
-              << " head(s) skipped) in " << plan.plan_ms << " ms" << std::endl;
+              << options.order << ", wave size " << plan.wave_size << ", skip " << options.skip << ", "
+              << plan.skipped_heads() << " head(s) kept the original order) in " << plan.plan_ms << " ms" << std::endl;
+    for (int h = 0; h < plan.heads; ++h)
+      if (plan.head_plans[h].skip.skipped)
+        std::cout << "  head " << h << ": " << plan.head_plans[h].skip.reason << std::endl;
   }
   return 0;
 }
@@ -79,15 +97,25 @@ Runner add_reorder(CLI::App& app) {
       ->check(CLI::ExistingFile);
   command->add_option("--out", options->out, "output .npy: int32 [H,MB], position p runs row perm[p]")->required();
   command->add_option("--order", options->order, "original, s1, s2, wavealign or shuffled")->capture_default_str();
-  command->add_option("--gpu", options->gpu, "GPU preset for the default wave size: h100, h200, a40")
+  command->add_option("--gpu", options->gpu, "GPU preset of the wave size and the skip profile: h100, h200, a40")
       ->capture_default_str();
-  command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")->capture_default_str();
-  command->add_option("--iterations", options->iterations, "subspace iterations of Stage 1")->capture_default_str();
-  command->add_option("--seed", options->seed, "seed of the subspace start and the shuffled order")
+  add_wave_size_option(*command, options->wave_size);
+  add_iterations_option(*command, options->iterations);
+  add_seed_option(*command, options->seed, "seed of the subspace start and the shuffled order");
+  command->add_option("--skip", options->skip,
+                      "skip policy: auto (keep the original order where reordering cannot pay), never or always")
       ->capture_default_str();
-  command->add_option("--skip", options->skip, "skip policy: never, auto or always")->capture_default_str();
+  command->add_option("--profile", options->profile,
+                      "skip profile JSON that --skip auto decides with (default: the built-in profile of --gpu; "
+                      "none: the simulated gain against this CPU's plan time)");
+  add_plan_reuse_option(*command, options->plan_reuse, "attention calls that share one plan (--skip auto)");
+  command->add_option("--tokens", options->tokens,
+                      "sequence length the profile is read at (default: query blocks x --block)")
+      ->check(integer_in<int64_t>(1));
+  add_block_option(*command, options->block, "tokens per KV block of the skip model's K/V bytes");
   command->add_option("--threads", options->threads, "worker threads over heads (0 = all cores)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(0));
   command->add_flag("--json", options->json, "print a JSON summary");
   return [options] { return run_reorder(*options); };
 }

@@ -1,13 +1,21 @@
-// `wavealign simulate`: plan a workload in several orders and replay each schedule on the L2/wave simulator.
+// `wavealign simulate`: plan a workload in several orders, replay each schedule on the L2/wave simulator, decide
+// per head with the adaptive skip (decide_skip) whether the order pays for its plan on the target GPU, and end
+// with the order to use and the command that applies it.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
+#include "builtin_profiles.h"
+#include "checks.h"
 #include "commands.h"
 #include "progress.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
 #include "wavealign/simulate.h"
 #include "wavealign/skip.h"
+#include "wavealign/skip_profile.h"
 #include "workload_options.h"
 
 namespace wavealign::cli {
@@ -23,87 +31,355 @@ struct SimulateOptions {
   std::string cache_model = "unified";
   int wave_size = 0;
   int iterations = 10;
-  double usable_l2 = -1;
-  double jitter = -1;
+  double usable_l2 = -1;  // not given: the GPU preset's
+  double jitter = -1;     // not given: the simulator's default
   double plan_reuse = 1;
+  std::string plan_cost = "gpu";
+  std::string profile;  // empty: the built-in profile of --gpu
   bool json = false;
+};
+
+// Where the plan cost charged per head comes from.
+enum class PlanCostSource {
+  kProfile,  // the GPU planner's time from the target GPU's skip profile (the default)
+  kCpu,      // this machine's CPU plan wall time
+  kFixed,    // --plan-cost MS per head
+};
+
+struct PlanCost {
+  PlanCostSource source = PlanCostSource::kProfile;
+  ProfileChoice profile;  // with a profile, the gain is its measured one (as in the planners), else simulated
+  double fixed_ms = 0;
+  std::string gain_description;  // where the gain comes from, for the output
+  std::string cost_description;  // what is charged as the plan cost and from where
+};
+
+PlanCost choose_plan_cost(const SimulateOptions& options, GpuPreset gpu) {
+  PlanCost cost;
+  cost.profile = choose_profile(options.profile, gpu);
+  if (cost.profile.profile) {
+    const SkipProfile& profile = *cost.profile.profile;
+    cost.gain_description = "the WaveAlign order's kernel gain measured on " + profile.device + " for " +
+                            profile.mask + " masks (the skip profile, " + profile.date + ")";
+  } else {
+    cost.gain_description = "the simulated kernel gain of each head alone (" +
+                            (options.profile == "none" ? std::string("--profile none")
+                                                       : "no skip profile for " + std::string(to_string(gpu))) +
+                            ")";
+  }
+  if (options.plan_cost == "cpu") {
+    cost.source = PlanCostSource::kCpu;
+    cost.cost_description = "this machine's CPU plan time (--plan-cost cpu)";
+  } else if (options.plan_cost != "gpu") {
+    cost.source = PlanCostSource::kFixed;
+    cost.fixed_ms = std::stod(options.plan_cost);
+    cost.cost_description = options.plan_cost + " ms per head (--plan-cost)";
+  } else if (cost.profile.profile) {
+    cost.cost_description = "the GPU planner's time on " + cost.profile.profile->device + ", from its skip profile (" +
+                            cost.profile.origin + ")";
+  } else {
+    // Without a profile the CPU plan's time is the only measured cost. It overstates the GPU planner's (the H200
+    // plans a 2-head 147,600-token layer in 0.25 ms, this CPU in several ms), so the decision leans toward
+    // keeping the original order.
+    cost.source = PlanCostSource::kCpu;
+    cost.cost_description = "this machine's CPU plan time, as no profile gives the GPU's (--profile FILE or "
+                            "--plan-cost MS charge another)";
+  }
+  return cost;
+}
+
+// The gain and plan cost of one head planned in `plan`'s order: the profile's gain at the head's density (the
+// planners' decide_skip input) or the head's simulated gain, against the chosen plan cost.
+SkipGain head_gain(const PlanCost& cost, const HeadPlan& head_plan, int64_t tokens, const SkipModel& model,
+                   double simulated_gain_ms) {
+  SkipModel charged = model;
+  charged.plan_cost_ms = cost.source == PlanCostSource::kFixed ? cost.fixed_ms
+                         : cost.source == PlanCostSource::kCpu ? head_plan.plan_ms
+                                                               : -1;
+  if (cost.profile.profile) {
+    SkipGain gain = profile_skip_gain(*cost.profile.profile, tokens, head_plan.stats.density, charged);
+    if (cost.source == PlanCostSource::kCpu) gain.source += "; plan cost: this machine's CPU plan";
+    return gain;
+  }
+  SkipGain gain;
+  gain.gain_ms = simulated_gain_ms;
+  gain.plan_cost_ms = charged.plan_cost_ms;
+  gain.source = cost.source == PlanCostSource::kCpu ? "simulated gain; plan cost: this machine's CPU plan"
+                                                    : "simulated gain; plan cost: --plan-cost";
+  return gain;
+}
+
+// One head of `csr` as a single-head mask, and a single-head schedule of its rows in `permutation` order.
+CsrMask head_csr(const CsrMask& csr, int head) {
+  CsrMask one;
+  one.heads = 1;
+  one.q_blocks = csr.q_blocks;
+  one.kv_blocks = csr.kv_blocks;
+  const int64_t first_row = int64_t(head) * csr.q_blocks;
+  const int64_t first = csr.row_ptr[first_row];
+  one.row_ptr.resize(size_t(csr.q_blocks) + 1);
+  for (int r = 0; r <= csr.q_blocks; ++r) one.row_ptr[r] = csr.row_ptr[first_row + r] - first;
+  one.col_idx.assign(csr.col_idx.begin() + first, csr.col_idx.begin() + csr.row_ptr[first_row + csr.q_blocks]);
+  return one;
+}
+
+Schedule head_schedule(std::span<const int32_t> permutation) {
+  Schedule schedule = original_schedule(1, int(permutation.size()), HeadOrder::kSequential);
+  for (size_t p = 0; p < permutation.size(); ++p) schedule.items[p].q_block = permutation[p];
+  return schedule;
+}
+
+struct HeadDecision {
+  double density = 0;  // the head's kept fraction of blocks: where the profile is read
+  SkipDecision decision;
+  SkipGain gain;
+  double profile_original_ms = 0;  // the profile's kernel time of the head in the original order (with a profile)
+  std::string short_reason;        // the table's text: the gain comparison alone when the statistics passed
 };
 
 struct OrderResult {
   Order order;
   SimResult sim;
-  double plan_ms = 0;
-  SkipDecision skip;
+  double predicted_ms = 0;
+  double cpu_plan_ms = 0;   // make_plan's wall time on this machine
+  double plan_cost_ms = 0;  // charged for the layer: the per-head costs summed over heads
+  std::vector<HeadDecision> heads;
+  int reordered_heads = 0;
+  // What the adaptive skip runs (skipped heads keep the original order), in the simulator.
+  double adaptive_ms = 0;
+  double adaptive_plan_ms = 0;  // plan cost of the reordered heads
+  double speedup = 1;           // original_ms / adaptive_ms
+  double speedup_with_plan = 1;  // original_ms / (adaptive_ms + adaptive_plan_ms / plan_reuse)
+  std::string summary;
 };
 
-// The adaptive skip applied to a whole layer: per-head statistics first, then the simulated gain of this order
-// over the original order against the plan's measured cost.
-SkipDecision layer_skip_decision(const BlockMask& mask, const Plan& plan, const GpuModel& gpu, const SkipModel& model,
-                                 double gain_ms) {
-  int statistics_skips = 0;
-  std::string first_reason;
-  for (int h = 0; h < mask.heads(); ++h) {
-    const SkipDecision by_statistics = decide_by_statistics(mask_stats(mask, h, gpu, model), model);
-    if (by_statistics.skipped && statistics_skips++ == 0) first_reason = by_statistics.reason;
+std::string layer_summary(const OrderResult& result) {
+  const int heads = int(result.heads.size());
+  if (result.order == Order::kOriginal) return "apply: " + result.heads.front().short_reason;
+  const bool all = result.reordered_heads == heads, none = result.reordered_heads == 0;
+  if (all || none) {
+    const std::string verb = all ? "reorder" : "skip";
+    return verb + (heads > 1 ? " all " + std::to_string(heads) + " heads; head 0: " : ": ") +
+           result.heads.front().short_reason;
   }
-  if (statistics_skips == mask.heads()) return {true, first_reason};
-  SkipDecision by_gain = decide_by_gain(gain_ms, plan.plan_ms, model);
-  if (statistics_skips > 0)
-    by_gain.reason += "; " + std::to_string(statistics_skips) + " head(s) skip by statistics: " + first_reason;
-  return by_gain;
+  size_t skipped = 0;
+  while (!result.heads[skipped].decision.skipped) ++skipped;
+  return "reorder " + std::to_string(result.reordered_heads) + " of " + std::to_string(heads) + " heads; head " +
+         std::to_string(skipped) + " skips: " + result.heads[skipped].short_reason;
 }
+
+std::string number_text(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+struct Recommendation {
+  const OrderResult* best = nullptr;  // null: keep the original order
+  std::string source;                 // "profile" or "simulator": where the quoted speedups come from
+  double speedup = 1;                 // kernel time, original order over the recommended one
+  double speedup_with_plan = 1;       // the same with the plan cost / plan_reuse added to the recommended one
+  std::string command;
+  std::string text;
+};
+
+// The command that applies `order` to the user's mask with the options simulate was given (defaults left out).
+std::string reorder_command(const SimulateOptions& options, const Workload& workload, Order order) {
+  const bool file = workload.description.value("mask", "") == "file";
+  std::string command = "wavealign reorder --mask " + (file ? options.workload.mask : std::string("MASK.npy")) +
+                        " --order " + std::string(to_string(order));
+  if (options.gpu != "h200") command += " --gpu " + options.gpu;
+  if (options.wave_size != 0) command += " --wave-size " + std::to_string(options.wave_size);
+  if (options.iterations != 10) command += " --iterations " + std::to_string(options.iterations);
+  if (workload.block != 128) command += " --block " + std::to_string(workload.block);
+  if (options.plan_reuse != 1) command += " --plan-reuse " + number_text("%g", options.plan_reuse);
+  if (!options.profile.empty()) command += " --profile " + options.profile;
+  return command + " --out perm.npy";
+}
+
+// With a profile, WaveAlign is the order it measured: recommended when the adaptive skip reorders a head, with
+// the profile's kernel times. Without one, the order with the best simulated time including its plan among
+// those the adaptive skip applies to a head. The original order when nothing pays.
+Recommendation recommend(const std::vector<OrderResult>& results, double original_ms, const SimulateOptions& options,
+                         const Workload& workload, const PlanCost& cost) {
+  Recommendation recommendation;
+  const std::string reuse = number_text("%g", options.plan_reuse);
+  const bool file = workload.description.value("mask", "") == "file";
+  if (cost.profile.profile) {
+    recommendation.source = "profile";
+    for (const OrderResult& result : results)
+      if (result.order == Order::kWaveAlign && result.reordered_heads > 0) recommendation.best = &result;
+    if (recommendation.best) {
+      double original = 0, reordered = 0, plan = 0;
+      for (const HeadDecision& head : recommendation.best->heads) {
+        original += head.profile_original_ms;
+        reordered += head.profile_original_ms - (head.decision.skipped ? 0.0 : head.gain.gain_ms);
+        if (!head.decision.skipped) plan += head.gain.plan_cost_ms;
+      }
+      recommendation.speedup = original / reordered;
+      recommendation.speedup_with_plan = original / (reordered + plan / options.plan_reuse);
+    }
+  } else {
+    recommendation.source = "simulator";
+    for (const OrderResult& result : results)
+      if (result.order != Order::kOriginal && result.reordered_heads > 0 && result.speedup_with_plan > 1 &&
+          (!recommendation.best || result.speedup_with_plan > recommendation.best->speedup_with_plan))
+        recommendation.best = &result;
+    if (recommendation.best) {
+      recommendation.speedup = recommendation.best->speedup;
+      recommendation.speedup_with_plan = recommendation.best->speedup_with_plan;
+    }
+  }
+
+  const OrderResult* best = recommendation.best;
+  if (best) {
+    recommendation.command = reorder_command(options, workload, best->order);
+    const int heads = int(best->heads.size());
+    std::string basis = cost.profile.profile ? "measured on " + cost.profile.profile->device + " for " +
+                                                   cost.profile.profile->mask + " masks; simulated " +
+                                                   number_text("%.3fx", best->speedup) + " kernel"
+                                             : std::string("simulated");
+    if (best->reordered_heads < heads)
+      basis += ", " + std::to_string(best->reordered_heads) + " of " + std::to_string(heads) + " heads reordered";
+    recommendation.text = "recommendation: --order " + std::string(to_string(best->order)) +
+                          ", predicted speedup over the original order " +
+                          number_text("%.3fx", recommendation.speedup) + " (kernel) and " +
+                          number_text("%.3fx", recommendation.speedup_with_plan) + " including its " +
+                          number_text("%.3f", best->adaptive_plan_ms) + " ms plan at " + reuse + " reuse (" + basis +
+                          ")" + (file ? "; run: " : "; on your mask: ") + recommendation.command;
+    return recommendation;
+  }
+  recommendation.command = "wavealign simulate --mask " + (file ? options.workload.mask : std::string("MASK.npy"));
+  std::string why = "the adaptive skip keeps the original order for every head at " + reuse + " reuse";
+  if (cost.profile.profile &&
+      std::none_of(results.begin(), results.end(), [](const OrderResult& r) { return r.order == Order::kWaveAlign; }))
+    why = "the skip profile measures the wavealign order, which --orders leaves out";
+  else if (!cost.profile.profile)
+    why = "no order's simulated gain pays for its plan at " + reuse + " reuse";
+  const OrderResult* fastest = nullptr;
+  for (const OrderResult& result : results)
+    if (result.order != Order::kOriginal && (!fastest || result.predicted_ms < fastest->predicted_ms))
+      fastest = &result;
+  if (fastest)
+    why += " (fastest reordering simulated: " + std::string(to_string(fastest->order)) + ", " +
+           number_text("%.3fx", original_ms / fastest->predicted_ms) + " kernel, " +
+           number_text("%.3fx", original_ms / (fastest->predicted_ms + fastest->plan_cost_ms / options.plan_reuse)) +
+           " including its plan)";
+  recommendation.text = "recommendation: keep the original order: " + why +
+                        (file ? "" : "; check your own mask: " + recommendation.command);
+  return recommendation;
+}
+
+nlohmann::json number_or_null(double value) { return std::isnan(value) ? nlohmann::json() : nlohmann::json(value); }
 
 int run_simulate(const SimulateOptions& options) {
   Progress progress;
   progress.update("building the workload");
-  const GpuModel gpu = gpu_model(from_string<GpuPreset>(options.gpu));
+  const GpuModel gpu = gpu_model(enum_flag<GpuPreset>("--gpu", options.gpu));
   const Workload workload = make_workload(options.workload, gpu.default_block);
-  const std::vector<Order> orders = parse_enum_list<Order>(options.orders);
+  const std::vector<Order> orders = parse_enum_list<Order>("--orders", options.orders);
+  const PlanCost cost = choose_plan_cost(options, gpu.preset);
 
   SimConfig sim_config;
   sim_config.gpu = gpu;
-  sim_config.traversal = from_string<Traversal>(options.traversal);
-  sim_config.cache_model = from_string<CacheModel>(options.cache_model);
+  sim_config.traversal = enum_flag<Traversal>("--traversal", options.traversal);
+  sim_config.cache_model = enum_flag<CacheModel>("--cache-model", options.cache_model);
   sim_config.block = {workload.block, workload.block};
   sim_config.seed = options.workload.seed;
   if (options.usable_l2 >= 0) sim_config.usable_l2_fraction = options.usable_l2;
   if (options.jitter >= 0) sim_config.jitter = options.jitter;
-  const HeadOrder head_order = from_string<HeadOrder>(options.head_order);
+  const HeadOrder head_order = enum_flag<HeadOrder>("--head-order", options.head_order);
 
   SkipModel skip_model;
   skip_model.kv_block = workload.block;
   skip_model.head_dim = sim_config.head_dim;
   skip_model.plan_reuse = options.plan_reuse;
 
-  const CsrMask csr = workload.mask.to_csr();
-  std::vector<OrderResult> results;
-  const SimResult original = simulate(csr, original_schedule(workload.mask.heads(), workload.mask.q_blocks(), head_order),
-                                      sim_config);
+  const BlockMask& mask = workload.mask;
+  const int heads = mask.heads();
+  const CsrMask csr = mask.to_csr();
+  const SimResult original = simulate(csr, original_schedule(heads, mask.q_blocks(), head_order), sim_config);
   const double original_ms = predicted_kernel_ms(original, gpu, skip_model);
+  // Without a profile each head's own simulated gain decides it: every head alone in the original order,
+  // simulated once for all orders (one head: the layer's own numbers).
+  const bool simulated_gain = !cost.profile.profile;
+  std::vector<CsrMask> head_masks;
+  std::vector<double> head_original_ms;
+  if (simulated_gain && heads > 1)
+    for (int h = 0; h < heads; ++h) {
+      head_masks.push_back(head_csr(csr, h));
+      head_original_ms.push_back(predicted_kernel_ms(
+          simulate(head_masks.back(), original_schedule(1, mask.q_blocks(), HeadOrder::kSequential), sim_config), gpu,
+          skip_model));
+    }
+
+  std::vector<OrderResult> results;
   for (size_t k = 0; k < orders.size(); ++k) {
-    progress.update("order " + std::string(to_string(orders[k])) + " (" + std::to_string(k + 1) + "/" +
+    const Order order = orders[k];
+    progress.update("order " + std::string(to_string(order)) + " (" + std::to_string(k + 1) + "/" +
                     std::to_string(orders.size()) + ")");
     PlanConfig plan_config;
-    plan_config.order = orders[k];
+    plan_config.order = order;
     plan_config.gpu = gpu.preset;
     plan_config.wave_size = options.wave_size;
     plan_config.iterations = options.iterations;
     plan_config.seed = options.workload.seed;
-    plan_config.skip = SkipPolicy::kNever;
-    const Plan plan = make_plan(workload.mask, plan_config);
+    plan_config.skip = SkipPolicy::kNever;  // every head in this order: the row the table shows
+    const Plan plan = make_plan(mask, plan_config);
+    OrderResult result;
+    result.order = order;
     // The original order's schedule is the baseline simulated above: reuse it instead of replaying it again.
-    OrderResult result{orders[k],
-                       orders[k] == Order::kOriginal ? original
-                                                     : simulate(csr, make_schedule(plan, head_order), sim_config),
-                       plan.plan_ms, {}};
-    if (orders[k] == Order::kOriginal) {
-      result.skip = {false, "original order"};
-    } else {
-      const double gain_ms = original_ms - predicted_kernel_ms(result.sim, gpu, skip_model);
-      result.skip = layer_skip_decision(workload.mask, plan, gpu, skip_model, gain_ms);
+    result.sim = order == Order::kOriginal ? original : simulate(csr, make_schedule(plan, head_order), sim_config);
+    result.predicted_ms = predicted_kernel_ms(result.sim, gpu, skip_model);
+    result.cpu_plan_ms = plan.plan_ms;
+
+    Plan adaptive = plan;  // what --skip auto runs: skipped heads in the original order
+    for (int h = 0; h < heads; ++h) {
+      const HeadPlan& head_plan = plan.head_plans[h];
+      double simulated_ms = 0;
+      if (simulated_gain && heads == 1) {
+        simulated_ms = original_ms - result.predicted_ms;
+      } else if (simulated_gain) {
+        const SimResult alone = simulate(head_masks[h], head_schedule(head_plan.permutation), sim_config);
+        simulated_ms = head_original_ms[h] - predicted_kernel_ms(alone, gpu, skip_model);
+      }
+      HeadDecision head;
+      head.density = head_plan.stats.density;
+      head.gain = head_gain(cost, head_plan, workload.tokens, skip_model, simulated_ms);
+      if (cost.profile.profile)
+        head.profile_original_ms =
+            profile_original_ms(*cost.profile.profile, workload.tokens, head_plan.stats.density, 1);
+      head.decision = decide_skip(SkipPolicy::kAuto, order, &head_plan.stats, skip_model, &head.gain);
+      const bool by_gain = head.decision.code == SkipReason::kNone || head.decision.code == SkipReason::kNoGain;
+      head.short_reason = skip_reason_text(head.decision.code, SkipPolicy::kAuto, order,
+                                           by_gain ? nullptr : &head_plan.stats, skip_model,
+                                           by_gain && order != Order::kOriginal ? &head.gain : nullptr);
+      if (order != Order::kOriginal) {
+        result.plan_cost_ms += head.gain.plan_cost_ms;
+        if (!head.decision.skipped) {
+          ++result.reordered_heads;
+          result.adaptive_plan_ms += head.gain.plan_cost_ms;
+        }
+      }
+      if (head.decision.skipped) {
+        std::vector<int32_t>& permutation = adaptive.head_plans[h].permutation;
+        for (int p = 0; p < mask.q_blocks(); ++p) permutation[p] = p;
+      }
+      result.heads.push_back(std::move(head));
     }
+    if (order == Order::kOriginal || result.reordered_heads == 0)
+      result.adaptive_ms = original_ms;
+    else if (result.reordered_heads == heads)
+      result.adaptive_ms = result.predicted_ms;
+    else  // some heads keep the original order: replay what the adaptive plan runs
+      result.adaptive_ms =
+          predicted_kernel_ms(simulate(csr, make_schedule(adaptive, head_order), sim_config), gpu, skip_model);
+    result.speedup = original_ms / result.adaptive_ms;
+    result.speedup_with_plan = original_ms / (result.adaptive_ms + result.adaptive_plan_ms / options.plan_reuse);
+    result.summary = layer_summary(result);
     results.push_back(std::move(result));
   }
+  const Recommendation recommendation = recommend(results, original_ms, options, workload, cost);
 
   const double usable_fraction = sim_config.usable_l2_fraction >= 0 ? sim_config.usable_l2_fraction
                                                                      : gpu.usable_l2_fraction;
@@ -124,10 +400,35 @@ int run_simulate(const SimulateOptions& options) {
                         {"row_start_time", sim_config.row_start_time},
                         {"prefetch_stages", sim_config.prefetch_stages},
                         {"seed", sim_config.seed}};
+    const char* cost_names[] = {"profile", "cpu", "fixed"};
+    nlohmann::json skip = {{"gain", simulated_gain ? "simulator" : "profile"},
+                           {"gain_description", cost.gain_description},
+                           {"plan_cost", cost_names[int(cost.source)]},
+                           {"plan_cost_description", cost.cost_description},
+                           {"plan_reuse", options.plan_reuse},
+                           {"profile", nullptr}};
+    if (cost.profile.profile)
+      skip["profile"] = {{"device", cost.profile.profile->device},
+                         {"date", cost.profile.profile->date},
+                         {"commit", cost.profile.profile->commit},
+                         {"origin", cost.profile.origin}};
+    if (cost.source == PlanCostSource::kFixed) skip["fixed_plan_cost_ms"] = cost.fixed_ms;
+    out["skip"] = skip;
     nlohmann::json rows = nlohmann::json::array();
     for (const OrderResult& result : results) {
       int64_t union_sum = 0;
       for (int64_t u : result.sim.wave_kv_union) union_sum += u;
+      nlohmann::json head_rows = nlohmann::json::array();
+      for (size_t h = 0; h < result.heads.size(); ++h) {
+        const SkipDecision& decision = result.heads[h].decision;
+        head_rows.push_back({{"head", h},
+                             {"density", result.heads[h].density},
+                             {"skipped", decision.skipped},
+                             {"code", to_string(decision.code)},
+                             {"reason", decision.reason},
+                             {"gain_ms", number_or_null(decision.gain_ms)},
+                             {"plan_cost_ms", number_or_null(decision.plan_cost_ms)}});
+      }
       rows.push_back({{"order", to_string(result.order)},
                       {"l2_hit_ratio", result.sim.l2_hit_ratio},
                       {"kv_hit_ratio", result.sim.kv_hit_ratio},
@@ -135,11 +436,29 @@ int run_simulate(const SimulateOptions& options) {
                       {"hbm_write_bytes", result.sim.hbm_write_bytes},
                       {"mean_wave_kv_union",
                        result.sim.wave_kv_union.empty() ? 0.0 : double(union_sum) / result.sim.wave_kv_union.size()},
-                      {"predicted_kernel_ms", predicted_kernel_ms(result.sim, gpu, skip_model)},
-                      {"plan_ms", result.plan_ms},
-                      {"skip", {{"skipped", result.skip.skipped}, {"reason", result.skip.reason}}}});
+                      {"predicted_kernel_ms", result.predicted_ms},
+                      {"plan_ms", result.cpu_plan_ms},
+                      {"plan_cost_ms", result.plan_cost_ms},
+                      {"skip",
+                       {{"skipped", result.order != Order::kOriginal && result.reordered_heads == 0},
+                        {"reason", result.summary},
+                        {"reordered_heads", result.reordered_heads},
+                        {"heads", head_rows}}},
+                      {"adaptive",
+                       {{"predicted_kernel_ms", result.adaptive_ms},
+                        {"plan_cost_ms", result.adaptive_plan_ms},
+                        {"speedup", result.speedup},
+                        {"speedup_with_plan", result.speedup_with_plan}}}});
     }
     out["results"] = rows;
+    out["recommendation"] = {
+        {"order", to_string(recommendation.best ? recommendation.best->order : Order::kOriginal)},
+        {"source", recommendation.source},
+        {"speedup", recommendation.speedup},
+        {"speedup_with_plan", recommendation.speedup_with_plan},
+        {"plan_reuse", options.plan_reuse},
+        {"command", recommendation.command},
+        {"text", recommendation.text}};
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
@@ -150,18 +469,31 @@ int run_simulate(const SimulateOptions& options) {
                                      " frames, " + options.workload.mask + " mask")
                                         .c_str()
                                   : ("mask file " + options.workload.mask).c_str(),
-              static_cast<long long>(workload.tokens), workload.mask.q_blocks(), workload.mask.kv_blocks(),
-              workload.block, workload.mask.heads(), workload.mask.density());
+              static_cast<long long>(workload.tokens), mask.q_blocks(), mask.kv_blocks(), workload.block, heads,
+              mask.density());
   std::printf("gpu: %s, %d slots, L2 %.0f MiB (usable %.0f%%), %s cache, %s traversal, jitter %.2f\n\n",
               std::string(to_string(gpu.preset)).c_str(), gpu.slots(), gpu.l2_bytes / 1048576.0,
               100 * usable_fraction, std::string(to_string(sim_config.cache_model)).c_str(),
               std::string(to_string(sim_config.traversal)).c_str(), sim_config.jitter);
-  std::printf("%-10s %8s %14s %10s %12s  %s\n", "order", "L2 hit", "HBM read GB", "plan ms", "pred. ms", "skip decision");
+  std::printf("%-10s %8s %12s %10s %10s  %s\n", "order", "L2 hit", "HBM read GB", "pred. ms", "plan ms",
+              "skip decision");
   for (const OrderResult& result : results)
-    std::printf("%-10s %7.1f%% %14.2f %10.2f %12.2f  %s: %s\n", std::string(to_string(result.order)).c_str(),
-                100 * result.sim.l2_hit_ratio, result.sim.hbm_read_bytes / 1e9, result.plan_ms,
-                predicted_kernel_ms(result.sim, gpu, skip_model), result.skip.skipped ? "skip" : "apply",
-                result.skip.reason.c_str());
+    std::printf("%-10s %7.1f%% %12.2f %10.3f %10.3f  %s\n", std::string(to_string(result.order)).c_str(),
+                100 * result.sim.l2_hit_ratio, result.sim.hbm_read_bytes / 1e9, result.predicted_ms,
+                result.plan_cost_ms, result.summary.c_str());
+  std::printf(
+      "\n"
+      "  L2 hit, HBM read GB: the simulated kernel's L2 hit ratio and HBM reads (K, V, Q) over the layer, every head\n"
+      "    in the row's order (docs/simulator.md)\n"
+      "  pred. ms: the simulator's predicted kernel time, max(C, M) + %.2f x min(C, M): C = block-sparse FLOPs at\n"
+      "    %.0f TFLOP/s, M = simulated HBM bytes at %.1f TB/s\n"
+      "  plan ms: the plan cost charged for the layer, summed over heads: %s\n"
+      "  skip decision: the adaptive skip per head (wavealign reorder --skip auto): the mask statistics, then the\n"
+      "    predicted kernel gain x %s reuse against the plan cost. Gain: %s%s\n\n",
+      skip_model.exposed_fraction, gpu.attention_flops_per_s / 1e12, gpu.hbm_bytes_per_s / 1e12,
+      cost.cost_description.c_str(), number_text("%g", options.plan_reuse).c_str(), cost.gain_description.c_str(),
+      simulated_gain ? "" : "; the planners apply it to whichever order is asked");
+  std::printf("%s\n", recommendation.text.c_str());
   return 0;
 }
 
@@ -175,15 +507,24 @@ Runner add_simulate(CLI::App& app) {
   command->add_option("--gpu", options->gpu, "GPU preset: h100, h200, a40")->capture_default_str();
   command->add_option("--orders", options->orders, "comma-separated: original,s1,s2,wavealign,shuffled")
       ->capture_default_str();
-  command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")->capture_default_str();
-  command->add_option("--iterations", options->iterations, "subspace iterations of Stage 1")->capture_default_str();
+  add_wave_size_option(*command, options->wave_size);
+  add_iterations_option(*command, options->iterations);
   command->add_option("--traversal", options->traversal, "K/V walk: ascending or sawtooth")->capture_default_str();
   command->add_option("--head-order", options->head_order, "sequential or concurrent-heads")->capture_default_str();
   command->add_option("--cache-model", options->cache_model, "unified or two-partition")->capture_default_str();
-  command->add_option("--usable-l2", options->usable_l2, "usable L2 fraction alpha (default: the GPU preset's)");
-  command->add_option("--jitter", options->jitter, "per-block time jitter in [0, 1) (default: the simulator's)");
-  command->add_option("--plan-reuse", options->plan_reuse, "attention calls that share one plan (skip decision)")
-      ->capture_default_str();
+  command->add_option("--usable-l2", options->usable_l2, "usable L2 fraction alpha (default: the GPU preset's)")
+      ->check(number_in({0, 1, true, false}));
+  command->add_option("--jitter", options->jitter, "per-block time jitter (default: the simulator's, 0.25)")
+      ->check(number_in({0, 1, false, true}));
+  add_plan_reuse_option(*command, options->plan_reuse,
+                        "attention calls that share one plan: the plan cost is divided by it");
+  command->add_option("--plan-cost", options->plan_cost,
+                      "plan cost charged per head: gpu (the GPU planner's, from the skip profile), cpu (this "
+                      "machine's CPU plan time) or a time in ms")
+      ->capture_default_str()
+      ->check(word_or_number({"gpu", "cpu"}, {0, std::numeric_limits<double>::infinity()}));
+  command->add_option("--profile", options->profile,
+                      "skip profile JSON whose plan cost is charged (default: the built-in profile of --gpu)");
   command->add_flag("--json", options->json, "print one JSON object");
   return [options] { return run_simulate(*options); };
 }

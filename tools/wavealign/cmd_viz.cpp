@@ -1,11 +1,13 @@
 // `wavealign viz`: one head of a mask before and after reordering, as a PNG.
 #include <iostream>
 
+#include "checks.h"
 #include "commands.h"
 #include "wavealign/error.h"
 #include "wavealign/io.h"
 #include "wavealign/plan.h"
 #include "wavealign/viz.h"
+#include "workload_options.h"
 
 namespace wavealign::cli {
 
@@ -24,10 +26,11 @@ struct VizOptions {
 };
 
 int run_viz(const VizOptions& options) {
-  const BlockMask mask = mask_from_npy(read_npy(options.mask), options.mask);
+  const BlockMask mask = load_mask_file(options.mask);
   WA_CHECK_ARG(options.head >= 0 && options.head < mask.heads(), "--head", options.head, " is outside [0, ",
                mask.heads(), ")");
-  const int wave_size = options.wave_size > 0 ? options.wave_size : gpu_model(from_string<GpuPreset>(options.gpu)).slots();
+  const int wave_size =
+      options.wave_size > 0 ? options.wave_size : gpu_model(enum_flag<GpuPreset>("--gpu", options.gpu)).slots();
   std::vector<int32_t> permutation;
   if (!options.permutation.empty()) {
     const NpyArray array = read_npy(options.permutation);
@@ -38,9 +41,12 @@ int run_viz(const VizOptions& options) {
     permutation.assign(values.begin() + int64_t(options.head) * mask.q_blocks(),
                        values.begin() + int64_t(options.head + 1) * mask.q_blocks());
   } else {
-    permutation = head_permutation(mask, options.head, from_string<Order>(options.order), wave_size, 10, options.seed);
+    permutation =
+        head_permutation(mask, options.head, enum_flag<Order>("--order", options.order), wave_size, 10, options.seed);
   }
-  write_mask_png(options.out, mask, options.head, permutation, wave_size, options.max_pixels);
+  with_flag_names({{"max_pixels", "--max-pixels"}, {"permutation", "--perm"}}, [&] {
+    write_mask_png(options.out, mask, options.head, permutation, wave_size, options.max_pixels);
+  });
   std::cout << "wrote " << options.out << ": head " << options.head << ", " << mask.q_blocks() << " x "
             << mask.kv_blocks() << " blocks, left original, right "
             << (options.permutation.empty() ? options.order : options.permutation) << std::endl;
@@ -56,14 +62,15 @@ Runner add_viz(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--out", options->out, "output PNG file")->required();
-  command->add_option("--head", options->head, "head to draw")->capture_default_str();
+  command->add_option("--head", options->head, "head to draw")->capture_default_str()->check(integer_in(0));
   command->add_option("--perm", options->permutation, "int32 [H,MB] permutation file (default: plan here)");
   command->add_option("--order", options->order, "order planned when --perm is not given")->capture_default_str();
   command->add_option("--gpu", options->gpu, "GPU preset for the wave size")->capture_default_str();
-  command->add_option("--wave-size", options->wave_size, "rows per wave (0 = the GPU's slots)")->capture_default_str();
+  add_wave_size_option(*command, options->wave_size);
   command->add_option("--max-pixels", options->max_pixels, "largest panel edge; larger masks are averaged down")
-      ->capture_default_str();
-  command->add_option("--seed", options->seed, "seed of the plan")->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(16));
+  add_seed_option(*command, options->seed, "seed of the plan");
   return [options] { return run_viz(*options); };
 }
 

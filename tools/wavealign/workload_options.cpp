@@ -1,7 +1,9 @@
 #include "workload_options.h"
 
 #include <filesystem>
+#include <limits>
 
+#include "checks.h"
 #include "wavealign/error.h"
 #include "wavealign/io.h"
 #include "wavealign/workload.h"
@@ -11,15 +13,53 @@ namespace wavealign::cli {
 void add_workload_options(CLI::App& command, WorkloadOptions& options) {
   command.add_option("--model", options.model, "video DiT preset: wan2.1-14b, wan2.1-1.3b, ltx-2.3")
       ->capture_default_str();
-  command.add_option("--frames", options.frames, "pixel frames (wan: 4k+1, ltx: 8k+1)")->capture_default_str();
+  command.add_option("--frames", options.frames, "pixel frames (wan: 4k+1, ltx: 8k+1)")
+      ->capture_default_str()
+      ->check(integer_in(1));
   command.add_option("--heads", options.heads, "heads to generate (the first N of the model)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(1));
   command.add_option("--mask", options.mask, "random, video, or a bool/uint8 .npy file [H,MB,NB] or [MB,NB]")
       ->capture_default_str();
   command.add_option("--density", options.density, "target fraction of kept blocks (synthetic masks)")
-      ->capture_default_str();
-  command.add_option("--block", options.block, "block edge in tokens, 64 or 128 (default: the GPU preset's, else 128)");
-  command.add_option("--seed", options.seed, "seed of the synthetic workload and the plan")->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in({0, 1, true, false}));
+  add_block_option(command, options.block, "block edge in tokens, 64 or 128 (default: the GPU preset's, else 128)");
+  add_seed_option(command, options.seed, "seed of the synthetic workload and the plan");
+}
+
+void add_block_option(CLI::App& command, int& block, const std::string& help) {
+  command.add_option("--block", block, help)->check(integer_in(1));
+}
+
+void add_seed_option(CLI::App& command, uint64_t& seed, const std::string& help) {
+  command.add_option("--seed", seed, help)->capture_default_str()->check(integer_in<uint64_t>(0));
+}
+
+void add_wave_size_option(CLI::App& command, int& wave_size) {
+  command.add_option("--wave-size", wave_size, "rows per wave (0 = the GPU's slots)")
+      ->capture_default_str()
+      ->check(integer_in(0));
+}
+
+void add_iterations_option(CLI::App& command, int& iterations) {
+  command.add_option("--iterations", iterations, "subspace iterations of Stage 1")
+      ->capture_default_str()
+      ->check(integer_in(1, 1000));
+}
+
+void add_plan_reuse_option(CLI::App& command, double& plan_reuse, const std::string& help) {
+  command.add_option("--plan-reuse", plan_reuse, help)
+      ->capture_default_str()
+      ->check(number_in({0, std::numeric_limits<double>::infinity(), true, false}));
+}
+
+BlockMask load_mask_file(const std::string& path) {
+  BlockMask mask = mask_from_npy(read_npy(path), path);
+  WA_CHECK_ARG(mask.heads() > 0 && mask.q_blocks() > 0 && mask.kv_blocks() > 0, "--mask", path,
+               " has an empty dimension: [", mask.heads(), ", ", mask.q_blocks(), ", ", mask.kv_blocks(),
+               "] (heads, query blocks and KV blocks must all be >= 1)");
+  return mask;
 }
 
 Workload make_workload(const WorkloadOptions& requested, int default_block) {
@@ -32,7 +72,7 @@ Workload make_workload(const WorkloadOptions& requested, int default_block) {
   if (!synthetic) {
     WA_CHECK_ARG(std::filesystem::exists(options.mask), "--mask",
                  "is neither 'random', 'video' nor an existing .npy file: ", options.mask);
-    workload.mask = mask_from_npy(read_npy(options.mask), options.mask);
+    workload.mask = load_mask_file(options.mask);
     workload.tokens = int64_t(workload.mask.q_blocks()) * options.block;
     workload.description = {{"mask", "file"},
                             {"file", options.mask},
@@ -44,8 +84,9 @@ Workload make_workload(const WorkloadOptions& requested, int default_block) {
                             {"density", workload.mask.density()}};
     return workload;
   }
-  const ModelPreset model = from_string<ModelPreset>(options.model);
-  const VideoShape shape = video_shape(model, options.frames);
+  const ModelPreset model = enum_flag<ModelPreset>("--model", options.model);
+  const VideoShape shape =
+      with_flag_names({{"frames", "--frames"}}, [&] { return video_shape(model, options.frames); });
   WA_CHECK_ARG(options.heads >= 1 && options.heads <= shape.heads, "--heads", "must be in [1, ", shape.heads,
                "] for ", options.model, ", got ", options.heads);
   WA_CHECK_ARG(options.density > 0 && options.density <= 1, "--density", "must be in (0, 1], got ",

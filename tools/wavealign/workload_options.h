@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "checks.h"
 #include "wavealign/enums.h"
 #include "wavealign/mask.h"
 
@@ -30,18 +31,31 @@ struct Workload {
 };
 
 void add_workload_options(CLI::App& command, WorkloadOptions& options);
+/// --block (an integer >= 1; the command checks 64 or 128) and --seed (an unsigned 64-bit integer), shared by the
+/// subcommands that take them.
+void add_block_option(CLI::App& command, int& block, const std::string& help);
+void add_seed_option(CLI::App& command, uint64_t& seed, const std::string& help);
+/// --wave-size (an integer >= 0; 0 = the GPU's slots) and --iterations (Stage 1's, in [1, 1000]).
+void add_wave_size_option(CLI::App& command, int& wave_size);
+void add_iterations_option(CLI::App& command, int& iterations);
+/// --plan-reuse: a finite number > 0, the attention calls that share one plan.
+void add_plan_reuse_option(CLI::App& command, double& plan_reuse, const std::string& help);
+
+/// A bool/uint8 .npy mask file (the --mask option) with no empty dimension: throws InvalidArgument naming the
+/// file for a malformed file and "--mask" for a zero heads, query-block or KV-block count.
+BlockMask load_mask_file(const std::string& path);
 /// Generates or loads the mask; throws InvalidArgument naming the flag on bad values. default_block replaces
 /// a block of 0.
 Workload make_workload(const WorkloadOptions& options, int default_block = 128);
 
-/// Parses a comma-separated enum list, e.g. "original,s1,wavealign".
+/// Parses a comma-separated enum list, e.g. "original,s1,wavealign"; errors name `flag`.
 template <class E>
-std::vector<E> parse_enum_list(const std::string& text) {
+std::vector<E> parse_enum_list(std::string_view flag, const std::string& text) {
   std::vector<E> values;
   size_t begin = 0;
   while (begin <= text.size()) {
     const size_t end = std::min(text.find(',', begin), text.size());
-    values.push_back(from_string<E>(text.substr(begin, end - begin)));
+    values.push_back(enum_flag<E>(flag, text.substr(begin, end - begin)));
     begin = end + 1;
   }
   return values;

@@ -1,9 +1,10 @@
 // Mask statistics of the adaptive skip (mask_stats in core/skip.cpp, same definitions) and the per-head
-// decision on the bit-packed rows: the statistics (decide_by_statistics), then the calibrated profile's gain
-// against its plan cost (decide_by_profile) for the heads they let through.
+// decision on the bit-packed rows: decide_skip's rule (core/skip_rule.h), the statistics first, then the
+// calibrated profile's gain against its plan cost for the heads they let through.
 #include <cuda_runtime.h>
 
 #include "core/skip_profile_grid.h"
+#include "core/skip_rule.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
@@ -60,16 +61,13 @@ __global__ void wave_union_kernel(const uint64_t* __restrict__ bits, int heads, 
   atomicOr(&touched[head * row_words + word], (unsigned long long)united);
 }
 
-// decide_by_profile's rule on the device: reorder only when the per-head gain, times the calls that reuse the
-// plan, exceeds the plan cost. The grid's reads and arithmetic are the CPU's own (core/skip_profile_grid.h),
-// so both sides compare the same two numbers.
-__device__ bool profile_pays(const StatsParams& params, double density) {
+// The profile's per-head gain and plan cost at the head's density: the CPU's reads and arithmetic
+// (core/skip_profile_grid.h, as profile_skip_gain), so both sides compare the same two numbers.
+__device__ void profile_gain_and_cost(const StatsParams& params, double density, double& gain_ms, double& cost_ms) {
   const SkipProfileGrid grid =
       skip_profile_grid(params.profile, params.profile_token_count, params.profile_density_count);
-  const double gain_ms = skip_profile_gain_ms(grid, params.log_tokens, params.tokens, density);
-  const double cost_ms =
-      params.plan_cost_ms >= 0 ? params.plan_cost_ms : skip_profile_plan_ms(grid, params.log_tokens, density);
-  return rounded_mul(gain_ms, params.plan_reuse) > cost_ms;
+  gain_ms = skip_profile_gain_ms(grid, params.log_tokens, params.tokens, density);
+  cost_ms = params.plan_cost_ms >= 0 ? params.plan_cost_ms : skip_profile_plan_ms(grid, params.log_tokens, density);
 }
 
 // One block per head: the statistics and the skip reason. The Jaccard mean is summed by one thread in row
@@ -101,22 +99,13 @@ __global__ void finalize_kernel(const int32_t* __restrict__ row_nnz, const doubl
   s.adjacent_jaccard = q_blocks > 1 ? jaccard_sum / (q_blocks - 1) : 1.0;
   s.wave_working_set_bytes = waves ? (long long)(wave_union[head]) * params.pair_bytes / waves : 0;
 
-  GpuSkipReason reason = GpuSkipReason::kNone;
-  if (params.policy == SkipPolicy::kAlways) {
-    reason = GpuSkipReason::kPolicy;
-  } else if (!params.original_order && params.policy == SkipPolicy::kAuto) {
-    const double usable = double(s.usable_l2_bytes);
-    if (double(s.kv_working_set_bytes) <= params.working_set_fit * usable)
-      reason = GpuSkipReason::kWorkingSetFits;
-    else if (s.density < params.min_density)
-      reason = GpuSkipReason::kLowDensity;
-    else if (double(s.wave_working_set_bytes) <= params.wave_working_set_fit * usable)
-      reason = GpuSkipReason::kWavesFit;
-    else if (s.adjacent_jaccard >= params.max_adjacent_jaccard)
-      reason = GpuSkipReason::kAdjacentAlike;
-    else if (params.profile && !profile_pays(params, s.density))
-      reason = GpuSkipReason::kNoGain;
-  }
+  // decide_skip's rule (core/skip_rule.h): the statistics, then the profile's gain for the heads they let through.
+  double gain_ms = 0, cost_ms = 0;
+  if (params.profile) profile_gain_and_cost(params, s.density, gain_ms, cost_ms);
+  const SkipThresholds thresholds{params.working_set_fit, params.min_density, params.wave_working_set_fit,
+                                  params.max_adjacent_jaccard};
+  const SkipReason reason = skip_rule(params.policy, params.original_order, &s, thresholds,
+                                      params.profile ? &gain_ms : nullptr, cost_ms, params.plan_reuse);
   skip[head] = uint8_t(reason);
   if (skip_out) skip_out[head] = uint8_t(reason);
   if (stats) stats[head] = s;
