@@ -23,11 +23,11 @@ __version__: str = _core.__version__
 has_cuda: bool = _core.has_cuda
 """True when the fused CUDA kernel was compiled in."""
 
-__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "fa4", "flex", "nn", "ops"]
+__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "fa4", "flex", "nn", "ops", "diffusers"]
 
 
 def __getattr__(name: str) -> Any:
-    # wavealign.nn imports torch at import time; load it (and fa4, flex, ops) only when asked for.
-    if name in ("nn", "fa4", "flex", "ops"):
+    # wavealign.nn imports torch at import time; load it (and fa4, flex, ops, diffusers) only when asked for.
+    if name in ("nn", "fa4", "flex", "ops", "diffusers"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wavealign' has no attribute {name!r}")

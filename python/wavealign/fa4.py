@@ -2,9 +2,9 @@
 
     from wavealign import fa4
     plan = wavealign.plan(block_mask)                      # dense, CSR or FlexAttention without partial blocks
-    o = fa4.sparse_attention(q, k, v, plan)                # q, k, v [B, L, H, d] (FA4's layout); O original order
-
-    # the same by hand, around your own FA4 call:
+    o = fa4.sparse_attention(q, k, v, plan)                # as wavealign.sparse_attention: [B, H, L, d], O in
+                                                           # the original order
+    # the same by hand, around your own FA4 call on [B, L, H, d] tensors (FA4's layout):
     from flash_attn.cute import flash_attn_func
     tensors = fa4.block_sparse_tensors(plan, L, device=q.device)   # FA4's BlockSparseTensorsTorch, rows permuted
     o_perm, _ = flash_attn_func(fa4.permute_rows(plan, q), k, v, block_sparse_tensors=tensors)
@@ -158,31 +158,42 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
                      return_lse: bool = False) -> Any:
     """FA4's block-sparse forward in plan order; O (and LSE) come back in the original order.
 
+    The call of wavealign.sparse_attention with FlashAttention-4 as the kernel, so either can serve as the
+    other's drop-in.
+
     Args:
-        q, k, v: CUDA tensors [B, L, H, d] (FlashAttention's layout), one dtype (bf16/fp16) and device. The
+        q, k, v: CUDA tensors [B, H, L, d] or [H, L, d], one dtype (bf16/fp16) and device; the [B, H, L, d]
+            views of [B, L, H, d] tensors (FA4's layout, the usual projection output) pass without a copy. The
             mask has H heads (shared by the batch) or B*H. ceil(L / q_block) and ceil(L / kv_block) must be the
             plan's MB and NB; a partial last block is fine.
         plan: from wavealign.plan(); its blocks must be a size FA4 takes (128 x 128 at head_dim 128 on sm_90).
         scale: softmax scale; None = 1/sqrt(d).
-        return_lse: also return LSE [B, H, L] float32 (natural log), in the original order.
+        return_lse: also return LSE [B, H, L] (or [H, L]) float32 (natural log), in the original order.
 
-    Runs permute_rows, flash_attn_func with block_sparse_tensors(plan, L) and unpermute_rows: the output of a
-    row is FA4's for that row, so O is bit for bit FA4's original-order output on the same mask. Empty mask
-    rows give O = 0 and LSE = -inf. An inference path: the permutation ops have no backward.
+    Runs permute_rows, flash_attn_func with block_sparse_tensors(plan, L) and unpermute_rows on the [B, L, H, d]
+    views: the output of a row is FA4's for that row, so O is bit for bit FA4's original-order output on the
+    same mask. Empty mask rows give O = 0 and LSE = -inf. An inference path: the permutation ops have no
+    backward.
     """
     torch = require_torch("wavealign.fa4")
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        _check_layout(x, name)
+        if not isinstance(x, torch.Tensor):
+            raise invalid(name, f"must be a torch.Tensor, got {type(x).__name__}")
         if x.device.type != "cuda":
             raise invalid(name, f"is on {x.device}: FlashAttention-4 runs on CUDA tensors")
         if x.dtype != q.dtype or x.device != q.device:
             raise invalid(name, f"is {x.dtype} on {x.device}, q is {q.dtype} on {q.device}")
-    if k.shape != q.shape or v.shape != q.shape:
-        raise invalid("k" if k.shape != q.shape else "v", f"has shape {list((k if k.shape != q.shape else v).shape)}"
-                                                          f", expected q's shape {list(q.shape)}")
+    if q.dim() not in (3, 4):
+        raise invalid("q", f"must be [B, H, L, d] or [H, L, d], got shape {list(q.shape)}")
+    for x, name in ((k, "k"), (v, "v")):
+        if x.shape != q.shape:
+            raise invalid(name, f"has shape {list(x.shape)}, expected q's shape {list(q.shape)}")
     if q.dtype not in (torch.bfloat16, torch.float16):
         raise invalid("q", f"has dtype {q.dtype}; FlashAttention-4 takes torch.bfloat16 or torch.float16")
-    batch, length, heads, head_dim = (int(n) for n in q.shape)
+    squeeze = q.dim() == 3
+    if squeeze:
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    batch, heads, length, head_dim = (int(n) for n in q.shape)
     plan = _check_plan(plan)
     q_block, kv_block = plan.block_size
     if blocks_for(length, q_block) != plan.q_blocks:
@@ -192,9 +203,11 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     scale = check_scale(scale, head_dim)
     cute, _ = _flash_attn_cute()
     tensors = block_sparse_tensors(plan, length, heads=heads, device=q.device)
-    o_perm, lse_perm = cute.flash_attn_func(permute_rows(plan, q), k, v, softmax_scale=scale,
+    q_fa4, k_fa4, v_fa4 = (x.transpose(1, 2) for x in (q, k, v))  # FA4's [B, L, H, d]
+    o_perm, lse_perm = cute.flash_attn_func(permute_rows(plan, q_fa4), k_fa4, v_fa4, softmax_scale=scale,
                                             block_sparse_tensors=tensors, return_lse=return_lse)
-    o = unpermute_rows(plan, o_perm, seq_len=length)
-    if not return_lse:
-        return o
-    return o, plan.unpermute_rows(lse_perm[..., None], seq_len=length)[..., 0]
+    o = unpermute_rows(plan, o_perm, seq_len=length).transpose(1, 2)
+    lse = plan.unpermute_rows(lse_perm[..., None], seq_len=length)[..., 0] if return_lse else None
+    if squeeze:
+        o, lse = o.squeeze(0), None if lse is None else lse.squeeze(0)
+    return (o, lse) if return_lse else o

@@ -1,10 +1,10 @@
 """Suite-wide rules of tests/python.
 
 The packages that scripts/setup.sh installs for the tests (requirements-dev.txt: torch, hypothesis,
-FlashAttention-4) are required: when one is missing, the tests that need it skip as usual, but the run fails at
-the end with a message naming the package, so a machine that was not set up cannot report "all tests passed"
-with the torch integration untested. Set WAVEALIGN_TESTS_ALLOW_MISSING=1 to accept the skips (for example to
-run the numpy-only part on purpose).
+FlashAttention-4, diffusers) are required: when one is missing, the tests that need it skip as usual, but the
+run fails at the end with a message naming the package, so a machine that was not set up cannot report "all
+tests passed" with the torch integration untested. Set WAVEALIGN_TESTS_ALLOW_MISSING=1 to accept the skips
+(for example to run the numpy-only part on purpose, or on a host without a package index).
 GPU tests are not affected: without a CUDA device they skip with their reason and the run still passes.
 
 Property-based tests run under one hypothesis profile: derandomized (the same examples on every run), no
@@ -20,7 +20,8 @@ import pytest
 
 REQUIRED_PACKAGES = {"torch": "the torch integration, FlexAttention and torch.ops tests",
                      "hypothesis": "the property-based tests (test_properties.py)",
-                     "flash_attn.cute": "FlashAttention-4's layout tests (test_fa4.py, pip package flash-attn-4)"}
+                     "flash_attn.cute": "FlashAttention-4's layout tests (test_fa4.py, pip package flash-attn-4)",
+                     "diffusers": "the diffusers integration tests (test_diffusers.py)"}
 ALLOW_MISSING = "WAVEALIGN_TESTS_ALLOW_MISSING"
 
 

@@ -3,7 +3,8 @@
 On any machine (FA4's Python package imports without a GPU): the block-sparse tensors hold the permuted mask
 (counts and ascending indices of row permutation[h, p] at row p) in the shapes FA4's own shape rules accept,
 the FA4-layout helpers are Plan.permute_rows/unpermute_rows on the [B, H, L, d] view (exact round trips), and
-bad arguments are refused naming them. On a GPU with FA4's sm_90 kernels: FA4 in WaveAlign order, unpermuted,
+bad arguments are refused naming them. On a GPU with FA4's sm_90 kernels (q, k, v [B, H, L, d] as for
+wavealign.sparse_attention): FA4 in WaveAlign order, unpermuted,
 equals FA4 in the original order bit for bit (O and LSE), and both equal SDPA with the token-level mask within
 the bf16 tolerance of test_gpu.py (atol/rtol 2e-2; empty rows: O = 0, LSE = -inf).
 """
@@ -113,11 +114,11 @@ def test_bad_arguments_are_refused():
         fa4.block_sparse_tensors(plan, "512")
     with named("heads"):
         fa4.block_sparse_tensors(plan, 512, heads=3)
-    q = torch.zeros(1, 512, 2, 64, dtype=torch.bfloat16)
+    q = torch.zeros(1, 2, 512, 64, dtype=torch.bfloat16)
     with named("q"):
         fa4.sparse_attention(q, q, q, plan)  # a CPU tensor
-    with named("q"):
-        fa4.sparse_attention(q[0], q[0], q[0], plan)
+    with named("k"):
+        fa4.sparse_attention(q, np.zeros((1, 2, 512, 64), np.float32), q, plan)
 
 
 def test_importing_wavealign_fa4_does_not_import_flash_attn():
@@ -145,8 +146,9 @@ def _case(batch, heads, mask_heads, length, seed):
     mask = random_mask(rng, mask_heads, blocks, blocks, density=0.3)
     mask[0, 1] = False  # an empty row
     generator = torch.Generator(device="cuda").manual_seed(seed)
+    # [B, H, L, d] views of [B, L, H, d] projections, as wavealign.sparse_attention takes them.
     q, k, v = (torch.randn(batch, length, heads, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
-               for _ in range(3))
+               .transpose(1, 2) for _ in range(3))
     return mask, q, k, v
 
 
@@ -165,16 +167,18 @@ def test_fa4_in_wavealign_order_equals_fa4_in_the_original_order_and_sdpa(batch,
 
     token_mask = torch.from_numpy(expand_mask(mask, length, 128, 128)).cuda()
     token_mask = token_mask.view(-1 if mask_heads != heads else 1, heads, length, length)
-    q32, k32, v32 = (x.transpose(1, 2).float() for x in (q, k, v))
+    q32, k32, v32 = (x.float() for x in (q, k, v))
     scores = (q32 @ k32.transpose(-1, -2)) / 128 ** 0.5
     expected_lse = torch.logsumexp(scores.masked_fill(~token_mask, float("-inf")), dim=-1)
     weights = torch.softmax(scores.masked_fill(~token_mask, float("-inf")), dim=-1).nan_to_num(0.0)
-    expected = (weights @ v32).transpose(1, 2)
+    expected = weights @ v32
     empty = torch.isinf(expected_lse)
     assert empty.any() and torch.isinf(lse[empty]).all() and (lse[empty] < 0).all()
-    assert (o.transpose(1, 2)[empty] == 0).all()
+    assert (o[empty] == 0).all()
     torch.testing.assert_close(o.float(), expected, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse[~empty], expected_lse[~empty], atol=2e-2, rtol=2e-2)
+    o3 = fa4.sparse_attention(q[0], k[0], v[0], wavealign.plan(device_mask[:heads], skip="never", wave_size=8))
+    assert o3.shape == q[0].shape
 
 
 @needs_fa4_gpu
@@ -184,8 +188,10 @@ def test_hand_written_plug_in_path_equals_the_convenience_call():
     mask, q, k, v = _case(1, 4, 4, 2048, seed=7)
     plan = wavealign.plan(torch.from_numpy(mask).cuda(), skip="never", wave_size=8)
     tensors = fa4.block_sparse_tensors(plan, 2048, device=q.device)
-    o_perm, _ = flash_attn_func(fa4.permute_rows(plan, q), k, v, block_sparse_tensors=tensors)
-    assert torch.equal(fa4.unpermute_rows(plan, o_perm, seq_len=2048), fa4.sparse_attention(q, k, v, plan))
+    q_fa4, k_fa4, v_fa4 = (x.transpose(1, 2) for x in (q, k, v))  # [B, L, H, d]
+    o_perm, _ = flash_attn_func(fa4.permute_rows(plan, q_fa4), k_fa4, v_fa4, block_sparse_tensors=tensors)
+    assert torch.equal(fa4.unpermute_rows(plan, o_perm, seq_len=2048).transpose(1, 2),
+                       fa4.sparse_attention(q, k, v, plan))
 
 
 def test_benchmark_skips_fa4_rows_with_a_reason_without_flash_attn():
