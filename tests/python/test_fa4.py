@@ -117,8 +117,8 @@ def test_bad_arguments_are_refused():
     q = torch.zeros(1, 2, 512, 64, dtype=torch.bfloat16)
     with named("q"):
         fa4.sparse_attention(q, q, q, plan)  # a CPU tensor
-    with named("k"):
-        fa4.sparse_attention(q, np.zeros((1, 2, 512, 64), np.float32), q, plan)
+    with named("q"):
+        fa4.sparse_attention(np.zeros((1, 2, 512, 64), np.float32), q, q, plan)
 
 
 def test_importing_wavealign_fa4_does_not_import_flash_attn():
