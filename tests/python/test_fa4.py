@@ -231,3 +231,29 @@ def test_bench_module_without_a_gpu_says_so_and_checks_its_arguments(tmp_path):
     np.save(tmp_path / "float-mask.npy", mask.astype(np.float32))
     result = run_bench_module("--mask", tmp_path / "float-mask.npy")
     assert result.returncode == 2 and "argument --mask" in result.stderr
+
+
+def test_clock_sampler_reports_its_fields_with_or_without_nvml():
+    sampler = wavealign.bench.ClockSampler()
+    assert sampler.stop() == dict.fromkeys(wavealign.bench.ClockSampler.FIELDS)  # never started
+    sampler.start(0)
+    stats = sampler.stop()
+    assert set(stats) == set(wavealign.bench.ClockSampler.FIELDS)
+    assert all(value is None or value >= 0 for value in stats.values())
+
+
+@needs_fa4_gpu
+def test_bench_module_times_fa4_and_flex_in_each_order_on_the_gpu(tmp_path):
+    mask = random_mask(np.random.default_rng(9), 2, 16, 16, density=0.3)
+    np.save(tmp_path / "mask.npy", mask)
+    np.save(tmp_path / "perm.npy", wavealign.plan(mask, skip="never", wave_size=8).permutation)
+    result = run_bench_module("--mask", tmp_path / "mask.npy", "--perm", "original",
+                              "--perm", f"wavealign={tmp_path / 'perm.npy'}", "--warmup-ms", "0", "--iters", "2")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    timings = [row for row in rows if "ms" in row]
+    assert [(row["impl"], row["order"]) for row in timings] == [
+        (impl, order) for impl in wavealign.bench.IMPLS for order in ("original", "wavealign")]
+    assert all(row["ms"] > 0 and row["tflops"] > 0 and row["nnz_blocks"] == int(mask.sum()) for row in timings)
+    checks = [row for row in rows if "check" in row]
+    assert len(checks) == 2 and all(row["bitwise_equal"] for row in checks), checks
