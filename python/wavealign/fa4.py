@@ -24,8 +24,8 @@ from . import flex
 from ._plan import Plan
 from ._util import blocks_for, check_int, check_scale, heads_view_shape, invalid, require_torch
 
-# Per plan: the block-sparse tensors made for (seq_len, heads, device). Building them reads the longest row's
-# length on the host once; later calls with the same plan reuse them.
+# Per plan: the block-sparse tensors made for (seq_len, batch, heads, device). Building them reads the longest
+# row's length on the host once; later calls with the same plan reuse them.
 _tensors_of_plan: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -82,7 +82,9 @@ def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, 
     full_block_cnt int32 [B, H, MB] and full_block_idx int32 [B, H, MB, W] hold row p of head h = original
     query block permutation[h, p]: its kept KV blocks in ascending order, packed left (W = the longest row);
     mask_block_cnt is zero ([B, H, MB]) with a one-wide mask_block_idx; block_size = plan.block_size. The
-    query length is MB * q_block, the length of permute_rows(plan, q). Reading W synchronizes once.
+    query length is MB * q_block, the length of permute_rows(plan, q). The tensors are made once per plan,
+    length, heads and device and cached with the plan; making them synchronizes the device once (W is read on
+    the host, and the cached tensors are complete before any stream reads them).
     """
     torch = require_torch("wavealign.fa4")
     plan = _check_plan(plan)
@@ -101,6 +103,9 @@ def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, 
     if key not in cache:
         _, block_sparsity = _flash_attn_cute()
         counts, indices = permuted_block_lists(plan, device)
+        if device.type == "cuda":
+            # Cached tensors may be read on any stream later: finish making them on this one first.
+            torch.cuda.current_stream(device).synchronize()
         shape = (batch, attention_heads, plan.q_blocks)
         cache[key] = block_sparsity.BlockSparseTensorsTorch(
             mask_block_cnt=torch.zeros(shape, dtype=torch.int32, device=device),
