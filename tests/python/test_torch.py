@@ -377,3 +377,20 @@ def test_cuda_ops_check_untrusted_permutations_and_schedules_on_the_device(rng):
     o, lse = torch.ops.wavealign.sparse_attention(x, x, x, row_ptr, col_idx, schedule, torch.ones(1, dtype=torch.int32,
                                                   device="cuda"), 128, 128, 0.1, "ascending", "auto")
     assert o.isnan().all() and lse.isnan().all()  # the invalid-mask record: the kernel computes nothing
+
+
+@pytest.mark.parametrize("source", ["dense", "flex"])
+def test_eager_flex_attention_on_the_plugin_mask_keeps_only_the_plan_blocks(rng, source):
+    # torch's eager flex_attention evaluates mask_mod over the whole score matrix and ignores the block lists:
+    # the plug-in BlockMask's mask_mod must itself keep only the listed blocks, or eager runs dense attention.
+    from torch.nn.attention.flex_attention import flex_attention
+
+    mask = random_mask(rng, 2, 6, 6, density=0.3)
+    plan = wavealign.plan(mask if source == "dense" else flex_block_mask(mask, 16, 96), wave_size=2,
+                          skip="never", block_size=16)
+    q, k, v = (torch.randn(1, 2, 96, 32, dtype=torch.float64) for _ in range(3))
+    out = plan.unpermute_rows(flex_attention(plan.permute_rows(q), k, v, block_mask=wavealign.flex.block_mask(plan, 96)),
+                              seq_len=96)
+    expected, _ = dense_attention(q[0].numpy(), k[0].numpy(), v[0].numpy(), expand_mask(mask, 96, 16, 16),
+                                  32 ** -0.5)
+    assert np.abs(out[0].numpy() - expected).max() < 1e-10
