@@ -11,6 +11,7 @@ debian_packages=(
   libgtest-dev        # GoogleTest 1.12
   libbenchmark-dev    # Google Benchmark 1.7
   libpng-dev          # PNG output of `wavealign viz`
+  libmetis-dev        # METIS 5.1.0: partitioner of the hypergraph row order
 )
 
 missing=()
