@@ -355,7 +355,6 @@ def test_corrupt_flex_masks_are_refused_naming_the_array(data):
     check_corrupt_flex(data, FLEX_CORRUPTIONS)
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch seam (one C++ mask ingest, finding 3)")
 @FEW
 @given(st.data())
 def test_flex_masks_listing_a_block_twice_are_refused(data):
