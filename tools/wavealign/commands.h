@@ -16,5 +16,6 @@ Runner add_viz(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_skip(CLI::App& app);
 Runner add_mask(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace wavealign::cli
