@@ -59,7 +59,8 @@ set(wa_cuda_flags --expt-relaxed-constexpr -lineinfo -Xptxas=--warn-on-spills)
 
 file(GLOB WA_CUDA_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/attention/*.cu
-  ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm80/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/plan/*.cu)
+  ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm80/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/plan/*.cu
+  ${PROJECT_SOURCE_DIR}/src/cuda/masks/*.cu)
 add_library(wavealign_cuda ${WA_CUDA_SOURCES})
 add_library(wavealign::cuda ALIAS wavealign_cuda)
 set_target_properties(wavealign_cuda PROPERTIES CUDA_ARCHITECTURES "${WA_CUDA_ARCHITECTURES}")
@@ -68,6 +69,8 @@ target_include_directories(wavealign_cuda
   PRIVATE ${PROJECT_SOURCE_DIR}/src)
 # Static runtime: the test and bench binaries then need only the driver on the machine that runs them.
 target_link_libraries(wavealign_cuda PUBLIC wavealign::core CUDA::cudart_static)
+# The mask methods' scoring products (src/cuda/masks/blas.cu); the shared library, found next to the toolkit.
+target_link_libraries(wavealign_cuda PRIVATE CUDA::cublas)
 target_compile_options(wavealign_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${wa_cuda_flags}>)
 target_compile_definitions(wavealign_cuda PUBLIC WAVEALIGN_HAS_CUDA=1)
 
@@ -90,9 +93,21 @@ if(wa_build_sm90)
     # 128x128, d = 128: 2 x 32 KB of Q + 3 x 2 x 32 KB of K/V = 256 KB, over the 227 KB per CTA.
     message(FATAL_ERROR "WA_SM90_Q_STAGES=2 needs WA_SM90_KV_STAGES=2 (256 KB of shared memory otherwise)")
   endif()
+  # Consumer instruction-stream variants (docs/kernel.md, "Instruction count per KV block"), each measured
+  # against the default before it becomes one.
+  option(WA_SM90_UNIFORM_OPERANDS
+    "Hopper kernel: wgmma smem descriptors and stage indices computed in uniform registers" OFF)
+  option(WA_SM90_EXACT_RESCALE
+    "Hopper kernel: O rescale factor from the exact max difference, so an unchanged row max skips the rescale" OFF)
+  set(WA_SM90_ROW_MAX_CHAINS 1 CACHE STRING
+    "Hopper kernel: independent fmax chains of the softmax row max (1, 2, 4 or 8)")
+  if(NOT WA_SM90_ROW_MAX_CHAINS MATCHES "^(1|2|4|8)$")
+    message(FATAL_ERROR "WA_SM90_ROW_MAX_CHAINS must be 1, 2, 4 or 8, got '${WA_SM90_ROW_MAX_CHAINS}'")
+  endif()
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
-    WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES})
+    WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>
+    WA_SM90_EXACT_RESCALE=$<BOOL:${WA_SM90_EXACT_RESCALE}> WA_SM90_ROW_MAX_CHAINS=${WA_SM90_ROW_MAX_CHAINS})
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
   target_compile_definitions(wavealign_cuda PRIVATE WAVEALIGN_HAS_SM90_KERNELS=1)
   # TMA descriptors are encoded through the driver entry point that the runtime exposes; no -lcuda needed.

@@ -11,6 +11,7 @@ debian_packages=(
   libgtest-dev        # GoogleTest 1.12
   libbenchmark-dev    # Google Benchmark 1.7
   libpng-dev          # PNG output of `wavealign viz`
+  libmetis-dev        # METIS 5.1.0: partitioner of the hypergraph row order
 )
 
 missing=()
@@ -25,18 +26,36 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python test dependencies (pinned in requirements-dev.txt), when a python3 with pip is present.
+# Python build and test dependencies, pinned in requirements-dev.txt (torch and hypothesis included: the test
+# suite fails, not skips, when they are missing; tests/python/conftest.py). Only pins whose installed version
+# differs are passed to pip, so a set-up machine does nothing here. The first install downloads PyPI's torch
+# wheel with its CUDA runtime wheels (~4.6 GB on disk, 40-50 s on a fast link) and FlashAttention-4 with its
+# CuTe DSL runtime (~100 MB).
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then
-  installed=$(python3 -m pip freeze 2>/dev/null | tr '[:upper:]_' '[:lower:]-')
-  needed=()
-  while read -r pin; do
-    pin="${pin%%#*}"; pin="${pin// /}"
-    [ -n "$pin" ] || continue
-    grep -qx "$(echo "$pin" | tr '[:upper:]_' '[:lower:]-')" <<<"$installed" || needed+=("$pin")
-  done <"$root/requirements-dev.txt"
-  if ((${#needed[@]})); then
-    echo "setup: pip installing ${needed[*]}" >&2
-    python3 -m pip install -q "${needed[@]}"
-  fi
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "setup: python3 with pip is required for the Python package and its tests" >&2
+  exit 1
+fi
+mapfile -t needed < <(python3 - "$root/requirements-dev.txt" <<'PYTHON'
+import re
+import sys
+from importlib import metadata
+
+for line in open(sys.argv[1]):
+    pin = line.split("#")[0].strip()
+    if not pin:
+        continue
+    name, _, version = pin.partition("==")
+    try:
+        installed = metadata.version(re.sub(r"\[.*\]", "", name))
+    except metadata.PackageNotFoundError:
+        installed = None
+    # A local version label (torch's "+cu130") does not make another release.
+    if installed is None or installed.split("+")[0] != version:
+        print(pin)
+PYTHON
+)
+if ((${#needed[@]})); then
+  echo "setup: pip installing ${needed[*]}" >&2
+  python3 -m pip install -q "${needed[@]}"
 fi

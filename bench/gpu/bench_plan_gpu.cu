@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   ScheduleItem* schedule = nullptr;
   MaskStats* stats = nullptr;
   uint8_t* skip = nullptr;
+  MaskError* error = nullptr;
+  WA_BENCH_CUDA(cudaMalloc(&error, sizeof(MaskError)));
   WA_BENCH_CUDA(cudaMalloc(&permutations, size_t(total_rows) * sizeof(int32_t)));
   WA_BENCH_CUDA(cudaMalloc(&inverses, size_t(total_rows) * sizeof(int32_t)));
   WA_BENCH_CUDA(cudaMalloc(&schedule, size_t(total_rows) * sizeof(ScheduleItem)));
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
   int32_t* permuted_col_idx = nullptr;
   WA_BENCH_CUDA(cudaMalloc(&permuted_row_ptr, size_t(total_rows + 1) * sizeof(int64_t)));
   WA_BENCH_CUDA(cudaMalloc(&permuted_col_idx, std::max<size_t>(size_t(csr.nnz()), 1) * sizeof(int32_t)));
-  cuda::GpuPlanOutputs outputs{permutations, inverses, schedule, HeadOrder::kSequential, stats, skip};
+  cuda::GpuPlanOutputs outputs{permutations, inverses, schedule, HeadOrder::kSequential, stats, skip, error};
   outputs.permuted_row_ptr = permuted_row_ptr;
   outputs.permuted_col_idx = permuted_col_idx;
   outputs.permuted_col_capacity = std::max<int64_t>(csr.nnz(), 1);
@@ -152,20 +154,20 @@ int main(int argc, char** argv) {
   for (const auto& [stage1_path, form] : runs) {
     // Read by every plan() call (src/cuda/plan/plan_kernels.h), the graph below is captured with this kernel.
     setenv("WA_PLAN_STAGE1_PRODUCTS", stage1_path.c_str(), 1);
-    cuda::DeviceMask device_mask{heads, rows, cols};
+    cuda::DeviceMask device_mask;
     uint8_t* dense = nullptr;
     int64_t* row_ptr = nullptr;
     int32_t* col_idx = nullptr;
     double input_bytes = 0;
     if (form == "dense") {
       dense = device_copy(mask.to_dense());
-      device_mask.dense = dense;
+      device_mask = DenseMaskView{heads, rows, cols, dense, {int64_t(rows) * cols, cols, 1}};
       input_bytes = double(total_rows) * cols;
     } else {
       row_ptr = device_copy(csr.row_ptr);
       col_idx = device_copy(csr.col_idx);
-      device_mask.row_ptr = row_ptr;
-      device_mask.col_idx = col_idx;
+      device_mask = CsrMaskView{heads, rows, cols, {row_ptr, IndexType::kInt64, int64_t(csr.row_ptr.size()), 1},
+                                {col_idx, IndexType::kInt32, int64_t(csr.col_idx.size()), 1}};
       input_bytes = double(csr.row_ptr.size()) * 8 + double(csr.col_idx.size()) * 4;
     }
 
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
   cudaFree(schedule);
   cudaFree(stats);
   cudaFree(skip);
+  cudaFree(error);
   cudaFree(permuted_row_ptr);
   cudaFree(permuted_col_idx);
   cudaFree(workspace);

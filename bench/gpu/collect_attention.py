@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Merges the logs of bench/gpu/run_h200_attention.sh into bench/results/h200-attention.json and prints the
 tables of docs/performance.md and docs/simulator.md (the simulator's prediction for each profiled schedule is
-computed here with the CLI, on the identical mask and plan).
+computed here with the CLI, on the identical mask and plan), and our kernel against FlashAttention-4 on the same
+masks (issue targets: WaveAlign order >= 1.05x FA4's best plug-in order, original >= 1.05x FA4's original,
+dense >= 1.03x FA4 dense).
 
 Usage: bench/gpu/collect_attention.py LOG_DIR [--wavealign build/wavealign] [--out bench/results/h200-attention.json]
 """
@@ -60,6 +62,34 @@ def simulate(binary, frames, mask, orders):
     return {row["order"]: row for row in out["results"]}
 
 
+def tflops_of(cases, case, impl, orders, heads=4):
+    """(TF/s, order) of the fastest of `orders` that `impl` ran on `case`, or None."""
+    rows = [c for c in cases if c["case"] == case and c["impl"] == impl and c["heads"] == heads and
+            c["order"] in orders]
+    best = max(rows, key=lambda c: c["tflops"], default=None)
+    return (best["tflops"], best["order"]) if best else None
+
+
+def print_fa4_comparison(cases):
+    """Our kernel against FlashAttention-4 (impl "flashattention4") on each case both ran, with the goals."""
+    names = sorted({c["case"] for c in cases if c["impl"] == "flashattention4"})
+    if not names:
+        return
+    print("\n| case | ours | FA4 | ours / FA4 | goal |")
+    print("|---|---|---|---|---|")
+    comparisons = (("WaveAlign vs FA4's best plug-in order", ("wavealign",), ("wavealign", "s2"), 1.05),
+                   ("original vs original", ("original",), ("original",), 1.05),
+                   ("dense vs dense", ("dense",), ("dense",), 1.03))
+    for name in names:
+        for label, ours_orders, fa4_orders, goal in comparisons:
+            ours = tflops_of(cases, name, "wavealign-kernel", ours_orders)
+            theirs = tflops_of(cases, name, "flashattention4", fa4_orders)
+            if ours and theirs:
+                ratio = ours[0] / theirs[0]
+                print(f"| {name} {label} | {ours[0]:.0f} ({ours[1]}) | {theirs[0]:.0f} ({theirs[1]}) | "
+                      f"{ratio:.3f}x | >= {goal:.2f}x {'met' if ratio >= goal else 'missed'} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs")
@@ -92,7 +122,8 @@ def main():
     record = {"device": gpu, "commit": commit, "date": args.date,
               "command": "bench/gpu/run_h200_attention.sh BUILD LOG_DIR {kernel,peers,ncu} (one call each); "
                          "bench/gpu/collect_attention.py LOG_DIR",
-              "cases": cases, "checks": [r for r in peers if "check" in r]}
+              "cases": cases, "checks": [r for r in peers if "check" in r],
+              "skipped": [r for r in peers if "skipped" in r]}
     pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 
     # TF/s per GHz of the SM clock: the work done per cycle, which the power cap does not move.
@@ -108,6 +139,8 @@ def main():
         per_ghz = f"{case['tflops'] / case['sm_clock_mhz'] * 1e3:.0f}" if case["sm_clock_mhz"] else ""
         print(f"| {case['case']} H={case['heads']} | {case['impl']} | {case['order']} | {case['ms']:.2f} | "
               f"{case['tflops']:.0f} | {clock} | {per_ghz} | {speedup} | {hit} | {dram} |")
+
+    print_fa4_comparison(cases)
 
     print("\n| frames | mask | order | ncu L2 hit | simulated L2 hit | difference (points) | ncu DRAM read GB | simulated HBM read GB |")
     print("|---|---|---|---|---|---|---|---|")

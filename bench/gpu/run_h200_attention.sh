@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The attention benchmark of the H200, in one pass from prebuilt binaries: our kernel (dense mode; sparse in
 # every order, WaveAlign with sawtooth too), FlexAttention (default and tuned) in original and WaveAlign order,
-# dense SDPA, a 40-head run, and Nsight Compute L2 hit rate / DRAM reads of our kernel for every order (the
-# simulator's calibration). Wan2.1-14B 720p at 401 and 161 frames, 4 heads, d = 128, bf16, cold L2.
+# dense SDPA, FlashAttention-4 block-sparse in original, S2 and WaveAlign order and dense, a 40-head run, and
+# Nsight Compute L2 hit rate / DRAM reads of our kernel for every order (the simulator's calibration).
+# Wan2.1-14B 720p at 401 and 161 frames, 4 heads, d = 128, bf16, cold L2.
 #
-#   bench/gpu/run_h200_attention.sh BUILD_DIR LOG_DIR [kernel|peers|ncu|timing|all]
+#   bench/gpu/run_h200_attention.sh BUILD_DIR LOG_DIR [kernel|peers|fa4|ncu|timing|all]
 # (timing = kernel + peers; each part alone fits in a 10-minute call.) Writes LOG_DIR/kernel.jsonl,
-# peers.jsonl, ncu.csv, gpu.txt; bench/gpu/collect_attention.py merges them.
+# peers.jsonl (FlexAttention, SDPA and FA4 rows), ncu.csv, gpu.txt; bench/gpu/collect_attention.py merges them.
+# The fa4 part needs FlashAttention-4 importable on the host (`source bench/gpu/fa4_wheels.sh install DIR`
+# first); without it bench_peers.py prints why and writes a "skipped" line instead of FA4 rows.
 set -u
 build=${1:-build-cuda}
 logs=${2:-device-logs}
@@ -28,20 +31,24 @@ warm=(--warmup-ms 2000)
 density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
 tokens_of() { [ "$1" = 401 ] && echo 363600 || echo 147600; }
 
-runs() { [ "$what" = all ] || [ "$what" = "$1" ] || { [ "$what" = timing ] && [ "$1" != ncu ]; }; }
+runs() { [ "$what" = all ] || [ "$what" = "$1" ] || { [ "$what" = timing ] && { [ "$1" = kernel ] || [ "$1" = peers ]; }; }; }
 
 peer_cases=()
 for frames in 401 161; do
   for mask in video random; do
     sdpa=""
     [ "$mask" = video ] && sdpa=":sdpa"
-    peer_cases+=(--case "$work/m_${mask}_$frames.npy:$work/p_${mask}_$frames.npy:$(tokens_of $frames):$mask$sdpa")
-    # The peers run on the kernel benchmark's own mask and WaveAlign permutation; without the kernel part,
-    # one untimed launch writes them.
-    if ! runs kernel && runs peers; then
-      timeout 120 "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" --density "$(density_of $mask)" \
-        --order wavealign --warmup 0 --iters 1 --save-mask "$work/m_${mask}_$frames.npy" \
-        --save-perm "$work/p_${mask}_$frames.npy" >/dev/null 2>>"$logs/errors.txt"
+    peer_cases+=(--case "$work/m_${mask}_$frames.npy:$work/p_${mask}_$frames.npy:$(tokens_of $frames):$mask$sdpa:s2=$work/p_s2_${mask}_$frames.npy")
+    # The peers run on the kernel benchmark's own mask and WaveAlign and S2 permutations; without the kernel
+    # part, untimed launches write them.
+    if ! runs kernel && { runs peers || runs fa4; }; then
+      for order in wavealign s2; do
+        perm="$work/p_${mask}_$frames.npy"
+        [ "$order" = s2 ] && perm="$work/p_s2_${mask}_$frames.npy"
+        timeout 120 "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" --density "$(density_of $mask)" \
+          --order "$order" --warmup 0 --iters 1 --save-mask "$work/m_${mask}_$frames.npy" \
+          --save-perm "$perm" >/dev/null 2>>"$logs/errors.txt"
+      done
     fi
   done
 done
@@ -54,7 +61,9 @@ if runs kernel; then
       timeout 120 "$bench" "${common[@]}" --order wavealign --save-mask "$work/m_${mask}_$frames.npy" \
         --save-perm "$work/p_${mask}_$frames.npy" >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
       for order in original concurrent-heads s1 s2 shuffled; do
-        timeout 120 "$bench" "${common[@]}" --order "$order" >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
+        save=()
+        [ "$order" = s2 ] && save=(--save-perm "$work/p_s2_${mask}_$frames.npy")
+        timeout 120 "$bench" "${common[@]}" --order "$order" "${save[@]}" >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
       done
       timeout 120 "$bench" "${common[@]}" --order wavealign --traversal sawtooth >>"$logs/kernel.jsonl" 2>>"$logs/errors.txt"
     done
@@ -70,10 +79,23 @@ fi
 
 if runs peers; then
   # 480 s: the 18 peer timings (4 FlexAttention variants x 4 cases, SDPA x 2) add >= 36 s of warm-up.
-  PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/bench_peers.py "${peer_cases[@]}" --cold-l2 --iters 5 \
-    "${warm[@]}" >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
+  # bench_peers.py times through wavealign.bench: the package staged in BUILD/python.
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 480 python3 bench/gpu/bench_peers.py \
+    "${peer_cases[@]}" --impls flexattention,sdpa \
+    --cold-l2 --iters 5 "${warm[@]}" >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
   peers_rc=$?
   echo "peer runs: $(wc -l <"$logs/peers.jsonl") (rc=$peers_rc)"
+fi
+
+if runs fa4; then
+  # 540 s: 14 FA4 timings (3 orders x 4 cases, dense x 2) with 2 s of warm-up each, FA4's JIT (~20 s per shape),
+  # and the CPU plan of each permuted mask (wavealign.fa4 builds the block-sparse tensors).
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 540 python3 bench/gpu/bench_peers.py \
+    "${peer_cases[@]}" --impls flashattention4 --cold-l2 --iters 5 "${warm[@]}" >>"$logs/peers.jsonl" \
+    2>>"$logs/errors.txt"
+  fa4_rc=$?
+  echo "FA4 runs: $(grep -c '"flashattention4"' "$logs/peers.jsonl") (rc=$fa4_rc)"
+  grep '"skipped"' "$logs/peers.jsonl" || true
 fi
 
 if runs ncu; then

@@ -18,6 +18,21 @@ enum class Order {
   kS2,         ///< Stage 2 only: original order cut into waves, each sorted by descending row NNZ
   kWaveAlign,  ///< Stage 1 then Stage 2 (Algorithm 2 of the paper)
   kShuffled,   ///< seeded uniform random permutation (a control)
+  // Spatial orders beyond the paper's, each followed by Stage 2 (docs/reordering.md):
+  kCom,        ///< centre of mass (mean index) of the row's K/V blocks
+  kSpan,       ///< (first, last, mean) K/V block index, lexicographic
+  kHilbert,    ///< Hilbert curve over the top-3 coordinates of the rank-r centered embedding
+  kMorton,     ///< Morton (Z-order) curve over the same coordinates
+  kChain,      ///< nearest-neighbour chain through the rank-r centered embedding
+  kFiedler,    ///< Fiedler vector of the row-overlap graph M M^T (normalised Laplacian)
+  kWaveUnion,  ///< waves of W rows built greedily to add the fewest new K/V blocks to each wave's union
+  kRcm,        ///< reverse Cuthill-McKee on the top-8 row-overlap graph
+  // The paper's Table II baselines, pure (no Stage 2):
+  kLsh,         ///< MinHash LSH + greedy hierarchical clustering (Jiang et al., PPoPP'20), reorder tool
+  kLshGated,    ///< the same with the PPoPP'20 preprocessor's row groups and skip rule
+  kMinHash,     ///< shingle ordering by two min-wise column permutations (Chierichetti et al., KDD'09)
+  kHypergraph,  ///< METIS recursive bisection of the row-net star expansion into ceil(rows / W) parts
+  kSpectral,    ///< Bootes-style normalised spectral clustering (k-means++ on the top-k eigenvectors)
 };
 
 /// How heads interleave in the kernel's schedule.
@@ -70,7 +85,11 @@ struct EnumNames;
   }
 
 WA_ENUM_NAMES(Order, "order", {Order::kOriginal, "original"}, {Order::kS1, "s1"}, {Order::kS2, "s2"},
-              {Order::kWaveAlign, "wavealign"}, {Order::kShuffled, "shuffled"});
+              {Order::kWaveAlign, "wavealign"}, {Order::kShuffled, "shuffled"}, {Order::kCom, "com"},
+              {Order::kSpan, "span"}, {Order::kHilbert, "hilbert"}, {Order::kMorton, "morton"},
+              {Order::kChain, "chain"}, {Order::kFiedler, "fiedler"}, {Order::kWaveUnion, "wave-union"},
+              {Order::kRcm, "rcm"}, {Order::kLsh, "lsh"}, {Order::kLshGated, "lsh-gated"},
+              {Order::kMinHash, "minhash"}, {Order::kHypergraph, "hypergraph"}, {Order::kSpectral, "spectral"});
 WA_ENUM_NAMES(HeadOrder, "head-order", {HeadOrder::kSequential, "sequential"},
               {HeadOrder::kConcurrent, "concurrent-heads"});
 WA_ENUM_NAMES(Traversal, "traversal", {Traversal::kAscending, "ascending"},

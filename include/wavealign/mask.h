@@ -33,7 +33,8 @@ struct CsrMask {
     const int64_t r = int64_t(head) * q_blocks + q_block;
     return {col_idx.data() + row_ptr[r], static_cast<size_t>(row_ptr[r + 1] - row_ptr[r])};
   }
-  /// Throws InvalidArgument (argument "row_ptr" or "col_idx") unless the arrays form a valid mask.
+  /// Throws InvalidArgument (argument "row_ptr" or "col_idx") unless the arrays form a valid mask by the CSR
+  /// rules of wavealign/ingest.h.
   void validate() const;
 };
 
@@ -76,14 +77,16 @@ class BlockMask {
   int64_t nnz() const;
   double density() const;  // nnz / (heads * q_blocks * kv_blocks); 0 for an empty shape
 
+  // The three ingest entrances apply the rules of wavealign/ingest.h (ingest_mask on a view of the arrays).
   /// dense: [heads, q_blocks, kv_blocks], nonzero = kept. Throws InvalidArgument("dense") on a size mismatch.
   static BlockMask from_dense(std::span<const uint8_t> dense, int heads, int q_blocks, int kv_blocks);
   std::vector<uint8_t> to_dense() const;  // [heads, q_blocks, kv_blocks], 0/1
 
-  static BlockMask from_csr(const CsrMask& csr);  // validates first
+  static BlockMask from_csr(const CsrMask& csr);  // InvalidArgument "row_ptr" / "col_idx" for a broken rule
   CsrMask to_csr() const;
 
-  static BlockMask from_flex(const FlexBlockIndices& flex);  // throws InvalidArgument on bad counts/indices
+  /// Width kv_blocks, no full pair. InvalidArgument "kv_num_blocks" / "kv_indices" for a broken rule.
+  static BlockMask from_flex(const FlexBlockIndices& flex);
   FlexBlockIndices to_flex() const;
 
   /// Row p of head h of the result is row permutations[h * q_blocks + p] of this mask.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "wavealign/enums.h"
@@ -27,6 +28,20 @@ struct Schedule {
 /// Items in plan order: sequential = head by head, each in its permutation order; concurrent = position p of
 /// every head, then p+1.
 Schedule make_schedule(const Plan& plan, HeadOrder head_order);
+
+/// The schedule of one launch over a batch: `batch` entries of `heads` heads, items (b * heads + h, row),
+/// batch-major (every item of entry 0 first), each entry in `head_order` as make_schedule lays out a plan.
+/// permutations [mask_heads, q_blocks]: mask_heads = heads (one mask shared by the batch: entry b runs head
+/// h's order) or batch * heads (entry b runs mask head b * heads + h). The result has heads = batch * heads.
+/// Throws InvalidArgument ("mask_heads", "batch", "heads", "permutations") unless every head's slice is a
+/// permutation of 0 .. q_blocks-1. The GPU plan writes the same layout on the device (docs/gpu-plan.md).
+Schedule make_batch_schedule(std::span<const int32_t> permutations, int mask_heads, int q_blocks, int batch,
+                             int heads, HeadOrder head_order);
+
+/// The shape checks of make_batch_schedule (and of the GPU plan's write_batch_schedule): batch, heads >= 1,
+/// q_blocks >= 0, batch x heads x q_blocks within int32, mask_heads = heads or batch * heads. Throws
+/// InvalidArgument naming "batch", "heads", "q_blocks" or "mask_heads".
+void check_batch_shape(int mask_heads, int q_blocks, int batch, int heads);
 
 /// The identity plan's schedule (original order) without building a plan.
 Schedule original_schedule(int heads, int q_blocks, HeadOrder head_order);

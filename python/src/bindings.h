@@ -55,5 +55,6 @@ void bind_plan(nanobind::module_& module);       // masks from dense / CSR / Fle
 void bind_reference(nanobind::module_& module);  // CPU reference attention
 void bind_cuda(nanobind::module_& module);       // fused CUDA kernel (a stub that reports absence without CUDA)
 void bind_gpu_plan(nanobind::module_& module);   // GPU planner (a stub that reports absence without CUDA)
+void bind_methods(nanobind::module_& module);    // mask methods: CPU references, adapters, GPU generators
 
 }  // namespace wavealign::python

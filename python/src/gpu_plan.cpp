@@ -1,7 +1,9 @@
-// The GPU planner (wavealign::cuda::GpuPlanner) on raw device addresses. The Python side allocates the
-// workspace and the outputs through torch and passes their addresses and the caller's stream, so plan() costs
-// no allocation and no host synchronization. The per-head statistics and skip flags come back to the host only
-// when the caller reads them (decode()). Without the CUDA library only `has_gpu_plan = False` is bound.
+// The GPU planner (wavealign::cuda::GpuPlanner) on device arrays. The mask comes as a checked view of its
+// arrays (MaskArrays, the same checks as the host ingest); the Python side allocates the prepared workspace,
+// each call's scratch and the outputs through torch and passes their addresses and the caller's stream, so
+// plan() costs no host synchronization. The per-head statistics, skip flags and the mask's validation record
+// come back to the host only when the caller reads them (decode()). Without the CUDA library only
+// `has_gpu_plan = False` is bound.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -88,11 +90,52 @@ std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuP
   return {skipped, reasons, result};
 }
 
+// Device addresses (Python ints) of one plan's outputs; 0 = not written.
+template <class T>
+void address_field(nb::class_<cuda::GpuPlanOutputs>& type, const char* name, T* cuda::GpuPlanOutputs::*field) {
+  type.def_prop_rw(
+      name, [field](const cuda::GpuPlanOutputs& o) { return reinterpret_cast<uintptr_t>(o.*field); },
+      [field](cuda::GpuPlanOutputs& o, uintptr_t address) { o.*field = pointer<T>(address); });
+}
+
 }  // namespace
 
 void bind_gpu_plan(nb::module_& module) {
   module.attr("has_gpu_plan") = true;
   module.attr("gpu_plan_stats_bytes") = sizeof(MaskStats);
+
+  nb::class_<cuda::GpuPlanOutputs> outputs(module, "GpuPlanOutputs",
+                                           "Device addresses of one GPU plan's outputs (0 = not written).");
+  outputs.def(nb::init<>())
+      .def_prop_rw(
+          "concurrent", [](const cuda::GpuPlanOutputs& o) { return o.head_order == HeadOrder::kConcurrent; },
+          [](cuda::GpuPlanOutputs& o, bool concurrent) {
+            o.head_order = concurrent ? HeadOrder::kConcurrent : HeadOrder::kSequential;
+          })
+      .def_rw("csr_col_capacity", &cuda::GpuPlanOutputs::csr_col_capacity)
+      .def_rw("permuted_col_capacity", &cuda::GpuPlanOutputs::permuted_col_capacity);
+  address_field(outputs, "permutations", &cuda::GpuPlanOutputs::permutations);
+  address_field(outputs, "inverses", &cuda::GpuPlanOutputs::inverses);
+  address_field(outputs, "schedule", &cuda::GpuPlanOutputs::schedule);
+  address_field(outputs, "stats", &cuda::GpuPlanOutputs::stats);
+  address_field(outputs, "skip", &cuda::GpuPlanOutputs::skip);
+  address_field(outputs, "error", &cuda::GpuPlanOutputs::error);
+  address_field(outputs, "csr_row_ptr", &cuda::GpuPlanOutputs::csr_row_ptr);
+  address_field(outputs, "csr_col_idx", &cuda::GpuPlanOutputs::csr_col_idx);
+  address_field(outputs, "permuted_row_ptr", &cuda::GpuPlanOutputs::permuted_row_ptr);
+  address_field(outputs, "permuted_col_idx", &cuda::GpuPlanOutputs::permuted_col_idx);
+
+  module.def(
+      "gpu_batch_schedule",
+      [](uintptr_t permutations, int mask_heads, int q_blocks, int batch, int heads, const std::string& head_order,
+         uintptr_t schedule, uintptr_t stream) {
+        cuda::write_batch_schedule(pointer<const int32_t>(permutations), mask_heads, q_blocks, batch, heads,
+                                   from_string<HeadOrder>(head_order), pointer<ScheduleItem>(schedule),
+                                   pointer<CUstream_st>(stream));
+      },
+      nb::arg("permutations"), nb::arg("mask_heads"), nb::arg("q_blocks"), nb::arg("batch"), nb::arg("heads"),
+      nb::arg("head_order"), nb::arg("schedule"), nb::arg("stream"),
+      "make_batch_schedule on the device from a GPU plan's permutations (device addresses as integers).");
 
   nb::class_<cuda::GpuPlanner>(module, "GpuPlanner",
                                "GPU plan of one layer shape and config (host checks at construction).")
@@ -132,32 +175,28 @@ void bind_gpu_plan(nb::module_& module) {
           },
           nb::arg("workspace"), nb::arg("bytes"), nb::arg("stream"),
           "One-time setup of the workspace; synchronizes `stream`.")
+      .def_prop_ro("prepared_bytes", &cuda::GpuPlanner::prepared_bytes)
+      .def(
+          "scratch_bytes",
+          [](const cuda::GpuPlanner& p) {
+            nb::gil_scoped_release unlocked;
+            return p.scratch_bytes();
+          },
+          "Device scratch bytes of one plan() call.")
       .def(
           "plan",
-          [](cuda::GpuPlanner& p, uintptr_t dense, uintptr_t row_ptr, uintptr_t col_idx, uintptr_t permutations,
-             uintptr_t inverses, uintptr_t schedule, uintptr_t stats, uintptr_t skip, uintptr_t workspace,
-             uintptr_t stream) {
-            cuda::DeviceMask mask;
-            mask.heads = p.heads();
-            mask.q_blocks = p.q_blocks();
-            mask.kv_blocks = p.kv_blocks();
-            mask.dense = pointer<const uint8_t>(dense);
-            mask.row_ptr = pointer<const int64_t>(row_ptr);
-            mask.col_idx = pointer<const int32_t>(col_idx);
-            cuda::GpuPlanOutputs outputs;
-            outputs.permutations = pointer<int32_t>(permutations);
-            outputs.inverses = pointer<int32_t>(inverses);
-            outputs.schedule = pointer<ScheduleItem>(schedule);
-            outputs.head_order = HeadOrder::kSequential;
-            outputs.stats = pointer<MaskStats>(stats);
-            outputs.skip = pointer<uint8_t>(skip);
+          [](cuda::GpuPlanner& p, const MaskArrays& mask, const cuda::GpuPlanOutputs& outputs, uintptr_t prepared,
+             uintptr_t scratch, size_t scratch_bytes, uintptr_t stream) {
+            WA_CHECK_ARG(mask.device_type == nb::device::cuda::value, "block_mask",
+                         "must be on a CUDA device for the GPU plan");
             nb::gil_scoped_release unlocked;
-            p.plan(mask, outputs, pointer<void>(workspace), pointer<CUstream_st>(stream));
+            p.plan(mask.view, outputs, pointer<const void>(prepared), pointer<void>(scratch), scratch_bytes,
+                   pointer<CUstream_st>(stream));
           },
-          nb::arg("dense"), nb::arg("row_ptr"), nb::arg("col_idx"), nb::arg("permutations"), nb::arg("inverses"),
-          nb::arg("schedule"), nb::arg("stats"), nb::arg("skip"), nb::arg("workspace"), nb::arg("stream"),
-          "Enqueues the plan on `stream` (device addresses as integers; dense = 0 for a CSR mask). The schedule "
-          "is written in sequential head order.")
+          nb::arg("mask"), nb::arg("outputs"), nb::arg("prepared"), nb::arg("scratch"), nb::arg("scratch_bytes"),
+          nb::arg("stream"),
+          "Enqueues the plan on `stream` (device addresses as integers) with a scratch buffer of this call's own, "
+          "so that calls on several threads and streams do not share one.")
       .def("decode", &decode, nb::arg("stats"), nb::arg("skip"),
            "(skipped, reasons, stats dict) from host copies of the stats and skip outputs.");
 }

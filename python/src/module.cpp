@@ -29,4 +29,5 @@ NB_MODULE(_core, module) {
   wavealign::python::bind_reference(module);
   wavealign::python::bind_cuda(module);
   wavealign::python::bind_gpu_plan(module);
+  wavealign::python::bind_methods(module);
 }

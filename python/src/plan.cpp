@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "wavealign/enums.h"
 #include "wavealign/error.h"
+#include "wavealign/ingest.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
 #include "wavealign/skip_profile.h"
@@ -21,100 +22,12 @@ namespace wavealign::python {
 
 namespace {
 
-// bool/uint8 [H, MB, NB] or [MB, NB], any strides (views of a larger mask are read in place).
-BlockMask mask_from_dense(const AnyArray& dense) {
-  const char* argument = "block_mask";
-  require_cpu(dense, argument);
-  require_type(dense, argument, {ScalarType::kBool, ScalarType::kUint8});
-  WA_CHECK_ARG(dense.ndim() == 2 || dense.ndim() == 3, argument,
-               "must be [heads, q_blocks, kv_blocks] or [q_blocks, kv_blocks], got ", dense.ndim(), " dimension(s)");
-  const size_t first = dense.ndim() == 3 ? 1 : 0;
-  const int heads = dense.ndim() == 3 ? checked_int(int64_t(dense.shape(0)), argument, "heads") : 1;
-  const int q_blocks = checked_int(int64_t(dense.shape(first)), argument, "q_blocks");
-  const int kv_blocks = checked_int(int64_t(dense.shape(first + 1)), argument, "kv_blocks");
-  WA_CHECK_ARG(heads > 0 && q_blocks > 0 && kv_blocks > 0, argument, "has an empty dimension");
-  const int64_t head_stride = dense.ndim() == 3 ? stride_of(dense, 0) : 0;
-  const int64_t row_stride = stride_of(dense, first);
-  const int64_t column_stride = stride_of(dense, first + 1);
-  const auto* base = static_cast<const uint8_t*>(dense.data());
-
+// The mask of host arrays: the one ingest (wavealign/ingest.h), the GIL released while it reads them.
+BlockMask mask_from_arrays(const MaskArrays& arrays, const char* argument) {
+  WA_CHECK_ARG(arrays.device_type == nb::device::cpu::value, argument,
+               "must be in host memory here (a mask on a device is planned there)");
   nb::gil_scoped_release unlocked;
-  BlockMask mask(heads, q_blocks, kv_blocks);
-  for (int h = 0; h < heads; ++h)
-    for (int i = 0; i < q_blocks; ++i) {
-      const uint8_t* row = base + h * head_stride + i * row_stride;
-      auto words = mask.row_words(h, i);
-      for (int j = 0; j < kv_blocks; ++j)
-        if (row[j * column_stride]) words[j >> 6] |= uint64_t(1) << (j & 63);
-    }
-  return mask;
-}
-
-// CSR over heads * q_blocks rows with ascending column indices.
-BlockMask mask_from_csr(const AnyArray& row_ptr, const AnyArray& col_idx, int heads, int kv_blocks) {
-  WA_CHECK_ARG(heads > 0, "heads", "must be > 0, got ", heads);
-  WA_CHECK_ARG(kv_blocks > 0, "kv_blocks", "must be > 0, got ", kv_blocks);
-  CsrMask csr;
-  csr.row_ptr = to_int64_vector(row_ptr, "row_ptr");
-  csr.col_idx = to_int32_vector(col_idx, "col_idx");
-  const int64_t rows = int64_t(csr.row_ptr.size()) - 1;
-  WA_CHECK_ARG(rows > 0 && rows % heads == 0, "row_ptr", "has ", csr.row_ptr.size(),
-               " entries, expected heads*q_blocks+1 with heads = ", heads);
-  csr.heads = heads;
-  csr.q_blocks = checked_int(rows / heads, "row_ptr", "q_blocks");
-  csr.kv_blocks = kv_blocks;
-  nb::gil_scoped_release unlocked;
-  return BlockMask::from_csr(csr);
-}
-
-// FlexAttention rows: the first kv_num_blocks[h, i] entries of kv_indices[h, i, :] are kept blocks. A second
-// (full) pair adds its blocks to the same rows; FlexAttention keeps fully unmasked blocks apart.
-void add_flex_blocks(BlockMask& mask, const AnyArray& counts, const AnyArray& indices, const char* counts_name,
-                     const char* indices_name) {
-  require_cpu(counts, counts_name);
-  require_cpu(indices, indices_name);
-  require_type(counts, counts_name, {ScalarType::kInt32});
-  require_type(indices, indices_name, {ScalarType::kInt32});
-  require_ndim(counts, counts_name, 2);
-  require_ndim(indices, indices_name, 3);
-  WA_CHECK_ARG(int64_t(counts.shape(0)) == mask.heads() && int64_t(counts.shape(1)) == mask.q_blocks(), counts_name,
-               "has shape [", counts.shape(0), ", ", counts.shape(1), "], expected [", mask.heads(), ", ",
-               mask.q_blocks(), "]");
-  WA_CHECK_ARG(int64_t(indices.shape(0)) == mask.heads() && int64_t(indices.shape(1)) == mask.q_blocks(), indices_name,
-               "has shape [", indices.shape(0), ", ", indices.shape(1), ", ", indices.shape(2), "], expected [",
-               mask.heads(), ", ", mask.q_blocks(), ", width]");
-  const int64_t width = int64_t(indices.shape(2));
-  const int64_t count_strides[2] = {stride_of(counts, 0), stride_of(counts, 1)};
-  const int64_t index_strides[3] = {stride_of(indices, 0), stride_of(indices, 1), stride_of(indices, 2)};
-  const auto* count_base = static_cast<const int32_t*>(counts.data());
-  const auto* index_base = static_cast<const int32_t*>(indices.data());
-  for (int h = 0; h < mask.heads(); ++h)
-    for (int i = 0; i < mask.q_blocks(); ++i) {
-      const int32_t count = count_base[h * count_strides[0] + i * count_strides[1]];
-      WA_CHECK_ARG(count >= 0 && count <= width, counts_name, "head ", h, " row ", i, " count ", count,
-                   " is outside [0, ", width, "]");
-      const int32_t* row = index_base + h * index_strides[0] + i * index_strides[1];
-      for (int e = 0; e < count; ++e) {
-        const int32_t j = row[e * index_strides[2]];
-        WA_CHECK_ARG(j >= 0 && j < mask.kv_blocks(), indices_name, "head ", h, " row ", i, " entry ", e, " = ", j,
-                     " is outside [0, ", mask.kv_blocks(), ")");
-        mask.set(h, i, j);
-      }
-    }
-}
-
-BlockMask mask_from_flex(const AnyArray& kv_num_blocks, const AnyArray& kv_indices, int kv_blocks,
-                         const AnyArray* full_kv_num_blocks, const AnyArray* full_kv_indices) {
-  WA_CHECK_ARG(kv_blocks > 0, "kv_blocks", "must be > 0, got ", kv_blocks);
-  require_ndim(kv_num_blocks, "kv_num_blocks", 2);
-  const int heads = checked_int(int64_t(kv_num_blocks.shape(0)), "kv_num_blocks", "heads");
-  const int q_blocks = checked_int(int64_t(kv_num_blocks.shape(1)), "kv_num_blocks", "q_blocks");
-  WA_CHECK_ARG(heads > 0 && q_blocks > 0, "kv_num_blocks", "has an empty dimension");
-  BlockMask mask(heads, q_blocks, kv_blocks);
-  add_flex_blocks(mask, kv_num_blocks, kv_indices, "kv_num_blocks", "kv_indices");
-  if (full_kv_num_blocks && full_kv_indices)
-    add_flex_blocks(mask, *full_kv_num_blocks, *full_kv_indices, "full_kv_num_blocks", "full_kv_indices");
-  return mask;
+  return ingest_mask(arrays.view);
 }
 
 // The mask's three host layouts as numpy arrays (they are small next to the attention operands).
@@ -187,12 +100,18 @@ nb::ndarray<nb::numpy> per_head(const Plan& plan, std::vector<int32_t>&& values)
 }
 
 // Schedule items as int32 [items, 2] (head, query block): the layout of ScheduleItem the kernel reads.
-nb::ndarray<nb::numpy> schedule_of(const Plan& plan, const std::string& head_order) {
-  const Schedule schedule = make_schedule(plan, from_string<HeadOrder>(head_order));
+nb::ndarray<nb::numpy> items_of(const Schedule& schedule) {
   std::vector<int32_t> pairs(schedule.items.size() * 2);
   static_assert(sizeof(ScheduleItem) == 2 * sizeof(int32_t));
   std::memcpy(pairs.data(), schedule.items.data(), pairs.size() * sizeof(int32_t));
   return numpy_from_vector(std::move(pairs), {schedule.items.size(), size_t(2)});
+}
+
+// make_batch_schedule of the plan: `batch` entries of `heads` heads in one launch.
+nb::ndarray<nb::numpy> batch_schedule_of(const Plan& plan, int batch, int heads, const std::string& head_order) {
+  const std::vector<int32_t> permutations = plan.permutations();
+  return items_of(make_batch_schedule(permutations, plan.heads, plan.q_blocks, batch, heads,
+                                      from_string<HeadOrder>(head_order)));
 }
 
 nb::dict stats_of(const Plan& plan) {
@@ -265,19 +184,58 @@ void bind_plan(nb::module_& module) {
            "(kv_num_blocks int32 [heads, q_blocks], kv_indices int32 [heads, q_blocks, kv_blocks])")
       .def("__eq__", [](const BlockMask& a, const BlockMask& b) { return a == b; });
 
-  module.def("mask_from_dense", &mask_from_dense, nb::arg("block_mask"),
-             "Mask from a bool/uint8 host array [H, MB, NB] or [MB, NB] (any strides).");
-  module.def("mask_from_csr", &mask_from_csr, nb::arg("row_ptr"), nb::arg("col_idx"), nb::arg("heads"),
-             nb::arg("kv_blocks"), "Mask from host CSR arrays over heads*q_blocks rows.");
+  nb::class_<MaskArrays>(module, "MaskArrays",
+                         "A checked view of a mask's arrays (host or device memory), keeping them alive.")
+      .def_prop_ro("shape",
+                   [](const MaskArrays& a) {
+                     const MaskShape shape = mask_shape(a.view);
+                     return std::make_tuple(shape.heads, shape.q_blocks, shape.kv_blocks);
+                   })
+      .def_prop_ro("format", [](const MaskArrays& a) { return std::string(a.format()); })
+      .def_prop_ro("on_host", [](const MaskArrays& a) { return a.device_type == nb::device::cpu::value; });
+  module.def("dense_view", &dense_arrays, nb::arg("block_mask"),
+             "Checked view of a bool/uint8 mask [H, MB, NB] or [MB, NB], any strides (host or device).");
+  module.def("csr_view", &csr_arrays, nb::arg("row_ptr"), nb::arg("col_idx"), nb::arg("heads"), nb::arg("kv_blocks"),
+             "Checked view of CSR arrays over heads*q_blocks rows (host or device).");
+  module.def("flex_view", &flex_arrays, nb::arg("kv_num_blocks"), nb::arg("kv_indices"), nb::arg("kv_blocks"),
+             nb::arg("full_kv_num_blocks").none() = nb::none(), nb::arg("full_kv_indices").none() = nb::none(),
+             "Checked view of FlexAttention-style arrays: [H, MB] counts and [H, MB, width] indices (host or device).");
+  module.attr("mask_error_bytes") = sizeof(MaskError);
+  module.def(
+      "mask_error_message",
+      [](const AnyArray& record) -> std::optional<std::string> {
+        require_cpu(record, "record");
+        require_type(record, "record", {ScalarType::kUint8, ScalarType::kInt32});
+        require_c_contiguous(record, "record");
+        WA_CHECK_ARG(record.nbytes() == sizeof(MaskError), "record", "has ", record.nbytes(), " bytes, expected ",
+                     sizeof(MaskError));
+        MaskError error;
+        std::memcpy(&error, record.data(), sizeof(MaskError));
+        if (error.code == int32_t(MaskErrorCode::kNone)) return std::nullopt;
+        return "invalid argument '" + std::string(mask_error_argument(MaskErrorCode(error.code))) +
+               "': " + mask_error_text(error);
+      },
+      nb::arg("record"),
+      "The ValueError message of a MaskError record (host copy of GpuPlanOutputs.error), None when valid: the "
+      "text the host ingest raises for the same mask.");
+  module.def("ingest", [](const MaskArrays& arrays) { return mask_from_arrays(arrays, "block_mask"); },
+             nb::arg("view"), "The mask of a view of host arrays, by the rules of wavealign/ingest.h.");
+  module.def(
+      "mask_from_dense", [](const AnyArray& block_mask) { return mask_from_arrays(dense_arrays(block_mask), "block_mask"); },
+      nb::arg("block_mask"), "Mask from a bool/uint8 host array [H, MB, NB] or [MB, NB] (any strides).");
+  module.def(
+      "mask_from_csr",
+      [](const AnyArray& row_ptr, const AnyArray& col_idx, int heads, int kv_blocks) {
+        return mask_from_arrays(csr_arrays(row_ptr, col_idx, heads, kv_blocks), "row_ptr");
+      },
+      nb::arg("row_ptr"), nb::arg("col_idx"), nb::arg("heads"), nb::arg("kv_blocks"),
+      "Mask from host CSR arrays over heads*q_blocks rows.");
   module.def(
       "mask_from_flex",
       [](const AnyArray& kv_num_blocks, const AnyArray& kv_indices, int kv_blocks,
          std::optional<AnyArray> full_kv_num_blocks, std::optional<AnyArray> full_kv_indices) {
-        WA_CHECK_ARG(full_kv_num_blocks.has_value() == full_kv_indices.has_value(), "full_kv_indices",
-                     "full_kv_num_blocks and full_kv_indices come together");
-        return mask_from_flex(kv_num_blocks, kv_indices, kv_blocks,
-                              full_kv_num_blocks ? &*full_kv_num_blocks : nullptr,
-                              full_kv_indices ? &*full_kv_indices : nullptr);
+        return mask_from_arrays(flex_arrays(kv_num_blocks, kv_indices, kv_blocks, full_kv_num_blocks, full_kv_indices),
+                                "kv_num_blocks");
       },
       nb::arg("kv_num_blocks"), nb::arg("kv_indices"), nb::arg("kv_blocks"),
       nb::arg("full_kv_num_blocks").none() = nb::none(), nb::arg("full_kv_indices").none() = nb::none(),
@@ -306,10 +264,30 @@ void bind_plan(nb::module_& module) {
              return reasons;
            })
       .def("stats", [](const PlanHandle& h) { return stats_of(h.plan); })
-      .def("schedule", [](const PlanHandle& h, const std::string& head_order) { return schedule_of(h.plan, head_order); },
-           nb::arg("head_order") = "sequential")
-      .def("permuted_mask", [](const PlanHandle& h) { return permuted_mask(h.mask, h.plan); });
+      .def("schedule",
+           [](const PlanHandle& h, int batch, int heads, const std::string& head_order) {
+             return batch_schedule_of(h.plan, batch, heads, head_order);
+           },
+           nb::arg("batch"), nb::arg("heads"), nb::arg("head_order"),
+           "int32 [batch*heads*q_blocks, 2]: make_batch_schedule of the plan (one launch over the batch).")
+      .def("permuted_mask", [](const PlanHandle& h) { return permuted_mask(h.mask, h.plan); },
+           "The mask with each head's rows in plan order (host).");
 
+  module.def(
+      "batch_schedule",
+      [](const AnyArray& permutations, int batch, int heads, const std::string& head_order) {
+        require_cpu(permutations, "permutations");
+        require_type(permutations, "permutations", {ScalarType::kInt32});
+        require_ndim(permutations, "permutations", 2);
+        require_c_contiguous(permutations, "permutations");
+        const auto* data = static_cast<const int32_t*>(permutations.data());
+        const int mask_heads = checked_int(int64_t(permutations.shape(0)), "permutations", "heads");
+        const int q_blocks = checked_int(int64_t(permutations.shape(1)), "permutations", "q_blocks");
+        return items_of(make_batch_schedule({data, size_t(mask_heads) * q_blocks}, mask_heads, q_blocks, batch, heads,
+                                            from_string<HeadOrder>(head_order)));
+      },
+      nb::arg("permutations"), nb::arg("batch"), nb::arg("heads"), nb::arg("head_order"),
+      "make_batch_schedule of host permutations int32 [mask_heads, q_blocks] (each head checked).");
   module.def("make_plan", &plan_mask, nb::arg("mask"), nb::arg("order"), nb::arg("gpu"), nb::arg("wave_size"),
              nb::arg("iterations"), nb::arg("seed"), nb::arg("skip"), nb::arg("threads"), nb::arg("head_dim"),
              nb::arg("element_bytes"), nb::arg("kv_block"), nb::arg("plan_reuse"),

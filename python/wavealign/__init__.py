@@ -6,7 +6,8 @@
     o = plan.unpermute_rows(my_kernel(q_perm, k, v, plan.permuted_mask()), seq_len=L)
 
 Inputs are numpy arrays, torch tensors or any DLPack producer. torch is optional: `wavealign.nn`,
-`wavealign.flex` and the torch.library ops (`wavealign.ops`) need it, the rest does not.
+`wavealign.flex`, `wavealign.fa4` (FlashAttention-4 in plan order) and the torch.library ops (`wavealign.ops`)
+need it, the rest does not.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ __version__: str = _core.__version__
 has_cuda: bool = _core.has_cuda
 """True when the fused CUDA kernel was compiled in."""
 
-__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "flex", "nn", "ops", "diffusers"]
+__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "fa4", "flex", "nn", "ops", "diffusers", "methods",
+           "distributed"]
 
 
 def __getattr__(name: str) -> Any:
-    # wavealign.nn imports torch at import time; load it (and flex, ops, diffusers) only when asked for.
-    if name in ("nn", "flex", "ops", "diffusers"):
+    # wavealign.nn imports torch at import time; load it (and the other submodules) only when asked for.
+    if name in ("nn", "fa4", "flex", "ops", "diffusers", "methods", "distributed"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wavealign' has no attribute {name!r}")

@@ -314,29 +314,8 @@ def _flex(torch: Any, q: Any, k: Any, v: Any, plan: Plan) -> Any:
             _compiled_flex = torch.compile(flex_attention, dynamic=False)
         function = _compiled_flex
     block_mask = flex.block_mask(plan, length, device=q.device)
-    if q.device.type != "cuda":
-        block_mask = _with_block_mask_mod(block_mask)
     out = function(plan.permute_rows(q), k, v, block_mask=block_mask)
     return plan.unpermute_rows(out, seq_len=length)
-
-
-def _with_block_mask_mod(block_mask: Any) -> Any:
-    """The BlockMask with a mask_mod that keeps exactly its blocks. torch's eager flex_attention (the CPU path
-    here) evaluates only mask_mod over the whole score matrix and ignores the block lists, so a BlockMask of
-    full blocks without mask_mod would run dense there."""
-    from torch.nn.attention.flex_attention import BlockMask
-
-    kept = block_mask.to_dense().bool()                  # [B, H, MB, NB], full and partial blocks
-    q_block, kv_block = block_mask.BLOCK_SIZE
-    batched = kept.shape[0] > 1
-    inner = block_mask.mask_mod if getattr(block_mask.mask_mod, "__name__", "") != "noop_mask" else None
-
-    def inside(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        keep = kept[b if batched else 0, h, q_idx // q_block, kv_idx // kv_block]
-        return keep if inner is None else keep & inner(b, h, q_idx, kv_idx)
-
-    return BlockMask.from_kv_blocks(block_mask.kv_num_blocks, block_mask.kv_indices, BLOCK_SIZE=(q_block, kv_block),
-                                    mask_mod=inside, seq_lengths=block_mask.seq_lengths)
 
 
 # ---- the processor ------------------------------------------------------------------------------------------

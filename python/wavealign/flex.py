@@ -31,8 +31,14 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
     The query length of the mask is MB*q_block, the length of plan.permute_rows(q). For a plan built from a
     FlexAttention BlockMask, partial and full blocks stay apart and mask_mod sees original query positions
     (token q of block p is token q of block permutation[p]; padding tokens are clamped into the sequence), so
-    token-level masking inside partial blocks is kept. A plan from a dense or CSR mask gives every kept block
-    in full (no mask_mod), with its heads as FlexAttention's head dimension and batch 1.
+    token-level masking inside partial blocks is kept. A plan from a dense or CSR mask (or a BlockMask without
+    a mask_mod) gives every kept block in the full arrays, with its heads as FlexAttention's head dimension
+    and batch 1.
+
+    The mask_mod of the result also keeps only the plan's blocks. Compiled flex_attention never evaluates it
+    on full blocks (so it costs nothing there), but eager flex_attention (the CPU path) ignores the block lists
+    and evaluates mask_mod over the whole score matrix: without it, a mask of full blocks would run as dense
+    attention there.
     """
     torch = require_torch("wavealign.flex.block_mask")
     from torch.nn.attention.flex_attention import BlockMask
@@ -48,7 +54,7 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
     source = plan.source_block_mask
     tensors: dict[str, Any] = {}
     mask_mod = None
-    if source is not None:
+    if source is not None and _token_mask_mod(source) is not None:
         home = torch.as_tensor(source.kv_num_blocks).device
         device = home if device is None else torch.device(device)
         batch, heads = (int(n) for n in source.kv_num_blocks.shape[:2])
@@ -63,11 +69,16 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
         mask_mod = _permuted_mask_mod(torch, _token_mask_mod(source), permutation.to(device), q_block, q_len)
     else:
         dense = _permuted_dense(torch, plan)
-        device = dense.device if device is None else torch.device(device)
-        dense = dense.to(device)
-        tensors["kv_num_blocks"] = dense.sum(-1, dtype=torch.int32)[None]
-        # Kept blocks first, ascending; FlexAttention ignores the entries past each row's count.
-        tensors["kv_indices"] = torch.argsort((~dense).to(torch.uint8), dim=-1, stable=True).to(torch.int32)[None]
+        if device is None:
+            device = torch.as_tensor(source.kv_num_blocks).device if source is not None else dense.device
+        dense = dense.to(torch.device(device))
+        # Every kept block is a full block (no mask_mod evaluation on the compiled path); kept blocks first,
+        # ascending; FlexAttention ignores the entries past each row's count.
+        tensors["full_kv_num_blocks"] = dense.sum(-1, dtype=torch.int32)[None]
+        tensors["full_kv_indices"] = torch.argsort((~dense).to(torch.uint8), dim=-1, stable=True).to(torch.int32)[None]
+        tensors["kv_num_blocks"] = torch.zeros_like(tensors["full_kv_num_blocks"])
+        tensors["kv_indices"] = torch.zeros_like(tensors["full_kv_indices"])
+    mask_mod = _within_blocks(torch, tensors, plan.kv_blocks, (q_block, kv_block), mask_mod)
     options = {"BLOCK_SIZE": (q_block, kv_block), "mask_mod": mask_mod, "seq_lengths": (q_blocks * q_block, seq_len),
                "full_kv_num_blocks": tensors.get("full_kv_num_blocks"),
                "full_kv_indices": tensors.get("full_kv_indices")}
@@ -103,10 +114,40 @@ def _token_mask_mod(source: Any) -> Callable | None:
     return None if mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask" else mask_mod
 
 
+def _within_blocks(torch: Any, tensors: dict[str, Any], kv_blocks: int, block: tuple[int, int],
+                   mask_mod: Callable | None) -> Callable:
+    """mask_mod that keeps a token pair only inside a listed (partial or full) block, and there where the given
+    mask_mod (if any) keeps it."""
+    batch, heads, q_blocks = (int(n) for n in tensors["kv_num_blocks"].shape)
+    indices = tensors["kv_indices"]
+    kept = torch.zeros(batch, heads, q_blocks, kv_blocks + 1, dtype=torch.bool, device=indices.device)
+    for count_name, index_name in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices")):
+        count, index = tensors.get(count_name), tensors.get(index_name)
+        if count is None:
+            continue
+        listed = torch.arange(index.shape[-1], device=index.device) < count[..., None]
+        kept.scatter_(3, torch.where(listed, index.to(torch.int64), kv_blocks), True)
+    kept = kept[..., :kv_blocks]
+    q_block, kv_block = block
+    batched, multi_head = batch > 1, heads > 1
+
+    def within(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        keep = kept[b if batched else 0, h if multi_head else 0, q_idx // q_block, kv_idx // kv_block]
+        return keep if mask_mod is None else keep & mask_mod(b, h, q_idx, kv_idx)
+
+    return within
+
+
 def _permuted_dense(torch: Any, plan: Plan) -> Any:
     """bool [H, MB, NB] tensor of plan.permuted_mask() (a CSR mask is expanded on its device)."""
-    permuted = plan.permuted_mask()
     shape = (plan.heads, plan.q_blocks, plan.kv_blocks)
+    source = plan.source_block_mask
+    if source is not None:
+        # A BlockMask input (its permuted_mask() is this function's result): its partial and full blocks.
+        dense = source.to_dense().to(torch.bool)[..., :shape[1], :shape[2]].reshape(shape)
+        permutation = torch.as_tensor(plan.permutation).to(dense.device, torch.int64)
+        return torch.gather(dense, 1, permutation[..., None].expand(-1, -1, shape[2]))
+    permuted = plan.permuted_mask()
     if not isinstance(permuted, tuple):
         return torch.as_tensor(permuted).to(torch.bool).reshape(shape)
     row_ptr, col_idx = (torch.as_tensor(x).to(torch.int64) for x in permuted)

@@ -18,6 +18,7 @@ host synchronization per call. The ops have no backward: an input that requires 
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from typing import Any
 
@@ -28,6 +29,7 @@ from ._rows import check_seq_len
 from ._util import INT32_MAX, blocks_for, check_int, heads_view_shape, invalid, require_torch
 
 _registered = False
+_lock = threading.Lock()  # two threads meeting their first tensor at once register the ops once
 
 # ---- tensors a Plan produced: trusted while alive and not written in place ------------------------------------
 
@@ -356,6 +358,13 @@ def unpermute_rows(x: Any, inverse: Any, block: Any, seq_len: Any) -> Any:
 
 def register() -> None:
     """Registers the ops with torch (once; later calls return at once)."""
+    if _registered:
+        return
+    with _lock:
+        _register()
+
+
+def _register() -> None:
     global _registered
     if _registered:
         return

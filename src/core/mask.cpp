@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "wavealign/error.h"
+#include "wavealign/ingest.h"
 
 namespace wavealign {
 
@@ -46,18 +47,17 @@ double BlockMask::density() const {
 }
 
 BlockMask BlockMask::from_dense(std::span<const uint8_t> dense, int heads, int q_blocks, int kv_blocks) {
-  BlockMask mask(heads, q_blocks, kv_blocks);
-  const size_t expected = size_t(heads) * q_blocks * kv_blocks;
-  WA_CHECK_ARG(dense.size() == expected, "dense", "has ", dense.size(), " elements, expected heads*q_blocks*kv_blocks = ",
-               expected);
-  size_t index = 0;
-  for (int h = 0; h < heads; ++h)
-    for (int i = 0; i < q_blocks; ++i) {
-      auto words = mask.row_words(h, i);
-      for (int j = 0; j < kv_blocks; ++j, ++index)
-        if (dense[index]) words[j >> 6] |= uint64_t{1} << (j & 63);
-    }
-  return mask;
+  DenseMaskView view;
+  view.heads = heads;
+  view.q_blocks = q_blocks;
+  view.kv_blocks = kv_blocks;
+  const size_t expected = size_t(heads) * q_blocks * kv_blocks;  // negative sizes: ingest_mask names them
+  WA_CHECK_ARG(std::min({heads, q_blocks, kv_blocks}) < 0 || dense.size() == expected, "dense", "has ", dense.size(),
+               " elements, expected heads*q_blocks*kv_blocks = ", expected);
+  view.data = dense.data();
+  view.strides[0] = int64_t(q_blocks) * kv_blocks;
+  view.strides[1] = kv_blocks;
+  return ingest_mask(view);
 }
 
 std::vector<uint8_t> BlockMask::to_dense() const {
@@ -69,36 +69,24 @@ std::vector<uint8_t> BlockMask::to_dense() const {
   return dense;
 }
 
+namespace {
+CsrMaskView view_of(const CsrMask& csr) {
+  CsrMaskView view;
+  view.heads = csr.heads;
+  view.q_blocks = csr.q_blocks;
+  view.kv_blocks = csr.kv_blocks;
+  view.row_ptr = {csr.row_ptr.data(), IndexType::kInt64, int64_t(csr.row_ptr.size()), 1};
+  view.col_idx = {csr.col_idx.data(), IndexType::kInt32, int64_t(csr.col_idx.size()), 1};
+  return view;
+}
+}  // namespace
+
 void CsrMask::validate() const {
-  WA_CHECK_ARG(heads >= 0 && q_blocks >= 0 && kv_blocks >= 0, "csr", "negative shape ", heads, "x", q_blocks, "x",
-               kv_blocks);
-  const size_t rows = size_t(heads) * q_blocks;
-  WA_CHECK_ARG(row_ptr.size() == rows + 1, "row_ptr", "has ", row_ptr.size(), " entries, expected heads*q_blocks+1 = ",
-               rows + 1);
-  WA_CHECK_ARG(row_ptr[0] == 0, "row_ptr", "must start at 0, got ", row_ptr[0]);
-  for (size_t r = 0; r < rows; ++r) {
-    WA_CHECK_ARG(row_ptr[r + 1] >= row_ptr[r], "row_ptr", "decreases at row ", r);
-    WA_CHECK_ARG(row_ptr[r + 1] - row_ptr[r] <= kv_blocks, "row_ptr", "row ", r, " has more than kv_blocks entries");
-  }
-  WA_CHECK_ARG(size_t(row_ptr[rows]) == col_idx.size(), "col_idx", "has ", col_idx.size(),
-               " entries, row_ptr ends at ", row_ptr[rows]);
-  for (size_t r = 0; r < rows; ++r)
-    for (int64_t e = row_ptr[r]; e < row_ptr[r + 1]; ++e) {
-      WA_CHECK_ARG(col_idx[e] >= 0 && col_idx[e] < kv_blocks, "col_idx", "entry ", e, " = ", col_idx[e],
-                   " is outside [0, ", kv_blocks, ")");
-      WA_CHECK_ARG(e == row_ptr[r] || col_idx[e] > col_idx[e - 1], "col_idx", "row ", r,
-                   " is not strictly ascending at entry ", e);
-    }
+  const MaskError error = find_mask_error(view_of(*this));
+  if (error.code != int32_t(MaskErrorCode::kNone)) throw_mask_error(error);
 }
 
-BlockMask BlockMask::from_csr(const CsrMask& csr) {
-  csr.validate();
-  BlockMask mask(csr.heads, csr.q_blocks, csr.kv_blocks);
-  for (int h = 0; h < csr.heads; ++h)
-    for (int i = 0; i < csr.q_blocks; ++i)
-      for (int32_t j : csr.row(h, i)) mask.set(h, i, j);
-  return mask;
-}
+BlockMask BlockMask::from_csr(const CsrMask& csr) { return ingest_mask(view_of(csr)); }
 
 CsrMask BlockMask::to_csr() const {
   CsrMask csr;
@@ -120,26 +108,23 @@ CsrMask BlockMask::to_csr() const {
 }
 
 BlockMask BlockMask::from_flex(const FlexBlockIndices& flex) {
-  BlockMask mask(flex.heads, flex.q_blocks, flex.kv_blocks);
+  FlexMaskView view;
+  view.heads = flex.heads;
+  view.q_blocks = flex.q_blocks;
+  view.kv_blocks = flex.kv_blocks;
   const size_t rows = size_t(flex.heads) * flex.q_blocks;
-  WA_CHECK_ARG(flex.kv_num_blocks.size() == rows, "kv_num_blocks", "has ", flex.kv_num_blocks.size(),
+  const bool sizes_valid = std::min({flex.heads, flex.q_blocks, flex.kv_blocks}) >= 0;  // else ingest_mask names them
+  WA_CHECK_ARG(!sizes_valid || flex.kv_num_blocks.size() == rows, "kv_num_blocks", "has ", flex.kv_num_blocks.size(),
                " entries, expected heads*q_blocks = ", rows);
-  WA_CHECK_ARG(flex.kv_indices.size() == rows * flex.kv_blocks, "kv_indices", "has ", flex.kv_indices.size(),
+  WA_CHECK_ARG(!sizes_valid || flex.kv_indices.size() == rows * flex.kv_blocks, "kv_indices", "has ", flex.kv_indices.size(),
                " entries, expected heads*q_blocks*kv_blocks = ", rows * flex.kv_blocks);
-  for (size_t r = 0; r < rows; ++r) {
-    const int count = flex.kv_num_blocks[r];
-    WA_CHECK_ARG(count >= 0 && count <= flex.kv_blocks, "kv_num_blocks", "row ", r, " count ", count,
-                 " is outside [0, ", flex.kv_blocks, "]");
-    const int h = int(r / flex.q_blocks), i = int(r % flex.q_blocks);
-    for (int e = 0; e < count; ++e) {
-      const int32_t j = flex.kv_indices[r * flex.kv_blocks + e];
-      WA_CHECK_ARG(j >= 0 && j < flex.kv_blocks, "kv_indices", "row ", r, " entry ", e, " = ", j,
-                   " is outside [0, ", flex.kv_blocks, ")");
-      WA_CHECK_ARG(!mask.test(h, i, j), "kv_indices", "row ", r, " lists block ", j, " twice");
-      mask.set(h, i, j);
-    }
-  }
-  return mask;
+  view.partial.counts = flex.kv_num_blocks.data();
+  view.partial.count_strides[0] = flex.q_blocks;
+  view.partial.indices = flex.kv_indices.data();
+  view.partial.index_strides[0] = int64_t(flex.q_blocks) * flex.kv_blocks;
+  view.partial.index_strides[1] = flex.kv_blocks;
+  view.partial.width = flex.kv_blocks;
+  return ingest_mask(view);
 }
 
 FlexBlockIndices BlockMask::to_flex() const {

@@ -92,9 +92,12 @@ std::vector<int32_t> reorder_head(const BlockMask& mask, int head, const PlanCon
     case Order::kOriginal:
       order = identity(rows);
       break;
+    default:
+      order = further_order(mask, head, config, wave_size);
+      break;
   }
   head_plan.stage1_ms = elapsed_ms(start);
-  if (config.order == Order::kS2 || config.order == Order::kWaveAlign) {
+  if (order_runs_stage2(config.order)) {
     const auto stage2_start = Clock::now();
     const std::vector<int32_t> row_nnz = mask.head_row_nnz(head);
     sort_waves_by_nnz(order, row_nnz, wave_size);
@@ -156,6 +159,10 @@ void check_plan_config(const PlanConfig& config) {
                "must be finite (< 0 = the measured plan time), got ", model.plan_cost_ms);
   WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
   WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
+  WA_CHECK_ARG(config.embedding_rank >= 2 && config.embedding_rank <= kMaxEmbeddingRank, "embedding_rank",
+               "must be in [2, ", kMaxEmbeddingRank, "], got ", config.embedding_rank);
+  WA_CHECK_ARG(config.clusters >= 0 && config.clusters <= kMaxClusters, "clusters", "must be in [0, ", kMaxClusters,
+               "] (0 = one cluster per wave), got ", config.clusters);
   if (config.profile) check_skip_profile(*config.profile, "profile");
 }
 

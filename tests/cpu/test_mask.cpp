@@ -251,11 +251,7 @@ TEST(CsrMask, RowPtrErrors) {
   EXPECT_EQ(argument_for([](CsrMask& c) { c.row_ptr.clear(); }), "row_ptr");
   EXPECT_EQ(argument_for([](CsrMask& c) { c.row_ptr[0] = 1; }), "row_ptr");
   EXPECT_EQ(argument_for([](CsrMask& c) { c.row_ptr = {0, 2, 1, 3, 6}; }), "row_ptr");
-  EXPECT_EQ(argument_for([](CsrMask& c) {
-              c.row_ptr = {0, 6, 6, 6, 6};
-              c.col_idx = {0, 1, 2, 3, 4, 4};
-            }),
-            "row_ptr");
+  EXPECT_EQ(argument_for([](CsrMask& c) { c.row_ptr = {0, 2, 2, 3, 7}; }), "col_idx");  // nnz 6, not 7
 }
 
 TEST(CsrMask, ColIdxErrors) {
@@ -270,6 +266,12 @@ TEST(CsrMask, ColIdxErrors) {
   EXPECT_EQ(argument_for([](CsrMask& c) { c.col_idx[0] = -1; }), "col_idx");
   EXPECT_EQ(argument_for([](CsrMask& c) { std::swap(c.col_idx[3], c.col_idx[4]); }), "col_idx");
   EXPECT_EQ(argument_for([](CsrMask& c) { c.col_idx[4] = 1; }), "col_idx");
+  // A row longer than kv_blocks breaks the column rules: some entry repeats or leaves [0, kv_blocks).
+  EXPECT_EQ(argument_for([](CsrMask& c) {
+              c.row_ptr = {0, 6, 6, 6, 6};
+              c.col_idx = {0, 1, 2, 3, 3, 3};
+            }),
+            "col_idx");
 }
 
 FlexBlockIndices small_flex() {

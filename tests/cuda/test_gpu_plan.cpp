@@ -1,10 +1,13 @@
-// The GPU plan against the CPU plan: every order, dense and CSR inputs, partial shapes, empty rows and masks,
-// statistics and skip flags (with and without a calibrated skip profile), the permuted CSR, graph capture, the
-// plan cache, and the host-side argument checks (which run without a device).
+// The GPU plan against the CPU plan: every order, dense, CSR (both index widths) and FlexAttention inputs,
+// partial shapes, empty rows and masks, statistics and skip flags (with and without a calibrated skip profile),
+// the original and permuted CSRs, the batch schedules, the device validation of CSR and Flex masks against
+// the host ingest (every rule, random corruptions), concurrent calls with their own scratch, graph capture,
+// the plan cache, and the host-side argument checks (which run without a device).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -12,7 +15,11 @@
 #include <memory>
 #include <numbers>
 #include <optional>
+#include <random>
 #include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,6 +27,7 @@
 #include "support/masks.h"
 #include "support/test_util.h"
 #include "wavealign/gpu_plan.h"
+#include "wavealign/ingest.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
 #include "wavealign/simulate.h"
@@ -67,30 +75,139 @@ class DeviceArray {
   size_t count_ = 0;
 };
 
-enum class Form { kDense, kCsr };
+// How the mask reaches the planner: dense bytes; CSR with int64 row pointers and int32 columns (the usual
+// widths) or int32 row pointers and int64 columns; FlexAttention pairs (the blocks split between the partial
+// and the full pair, entries in descending order).
+enum class Form { kDense, kCsr, kCsrOtherWidths, kFlex };
+constexpr Form kAllForms[] = {Form::kDense, Form::kCsr, Form::kCsrOtherWidths, Form::kFlex};
 
-struct DeviceMaskCopy {
-  DeviceMaskCopy(const BlockMask& mask, Form form)
-      : dense(form == Form::kDense ? size_t(mask.heads()) * mask.q_blocks() * mask.kv_blocks() : 0),
-        row_ptr(form == Form::kCsr ? size_t(mask.heads()) * mask.q_blocks() + 1 : 0),
-        col_idx(form == Form::kCsr ? size_t(mask.nnz()) : 0) {
-    view.heads = mask.heads();
-    view.q_blocks = mask.q_blocks();
-    view.kv_blocks = mask.kv_blocks();
-    if (form == Form::kDense) {
-      dense.upload(mask.to_dense());
-      view.dense = dense.get();
-    } else {
-      const CsrMask csr = mask.to_csr();
-      row_ptr.upload(csr.row_ptr);
-      col_idx.upload(csr.col_idx);
-      view.row_ptr = row_ptr.get();
-      view.col_idx = col_idx.get();
+std::string form_name(Form form) {
+  switch (form) {
+    case Form::kDense: return "dense";
+    case Form::kCsr: return "csr";
+    case Form::kCsrOtherWidths: return "csr int32/int64";
+    case Form::kFlex: return "flex";
+  }
+  return "?";
+}
+
+// Host arrays of one mask in a Form, and their view (host pointers); DeviceMaskCopy puts them on the device.
+struct HostMaskArrays {
+  HostMaskArrays(const BlockMask& mask, Form form) : form(form), heads(mask.heads()), q_blocks(mask.q_blocks()),
+                                                     kv_blocks(mask.kv_blocks()) {
+    const size_t rows = size_t(heads) * q_blocks;
+    switch (form) {
+      case Form::kDense: dense = mask.to_dense(); break;
+      case Form::kCsr: {
+        const CsrMask csr = mask.to_csr();
+        row_ptr64 = csr.row_ptr;
+        col_idx32 = csr.col_idx;
+        break;
+      }
+      case Form::kCsrOtherWidths: {
+        const CsrMask csr = mask.to_csr();
+        row_ptr32.assign(csr.row_ptr.begin(), csr.row_ptr.end());
+        col_idx64.assign(csr.col_idx.begin(), csr.col_idx.end());
+        break;
+      }
+      case Form::kFlex: {
+        // Width kv_blocks for both pairs; a row's blocks alternate between them, descending.
+        counts.assign(rows, 0);
+        full_counts.assign(rows, 0);
+        indices.assign(rows * std::max(kv_blocks, 1), -1);
+        full_indices.assign(rows * std::max(kv_blocks, 1), -1);
+        for (size_t r = 0; r < rows; ++r)
+          for (int j = kv_blocks - 1, k = 0; j >= 0; --j)
+            if (mask.test(int(r / q_blocks), int(r % q_blocks), j)) {
+              if (k++ % 2 == 0)
+                indices[r * kv_blocks + counts[r]++] = j;
+              else
+                full_indices[r * kv_blocks + full_counts[r]++] = j;
+            }
+        break;
+      }
     }
   }
-  DeviceArray<uint8_t> dense;
-  DeviceArray<int64_t> row_ptr;
-  DeviceArray<int32_t> col_idx;
+  // The view over `base` pointers (host or device copies of the arrays, in the order of the vectors).
+  MaskView view(const void* a, const void* b, const void* c = nullptr, const void* d = nullptr) const {
+    switch (form) {
+      case Form::kDense:
+        return DenseMaskView{heads, q_blocks, kv_blocks, static_cast<const uint8_t*>(a),
+                             {int64_t(q_blocks) * kv_blocks, kv_blocks, 1}};
+      case Form::kCsr:
+        return CsrMaskView{heads, q_blocks, kv_blocks, {a, IndexType::kInt64, int64_t(row_ptr64.size()), 1},
+                           {b, IndexType::kInt32, int64_t(col_idx32.size()), 1}};
+      case Form::kCsrOtherWidths:
+        return CsrMaskView{heads, q_blocks, kv_blocks, {a, IndexType::kInt32, int64_t(row_ptr32.size()), 1},
+                           {b, IndexType::kInt64, int64_t(col_idx64.size()), 1}};
+      case Form::kFlex: {
+        FlexMaskView view;
+        view.heads = heads;
+        view.q_blocks = q_blocks;
+        view.kv_blocks = kv_blocks;
+        for (auto [pair, counts_at, indices_at] : {std::tuple{&view.partial, a, b}, std::tuple{&view.full, c, d}}) {
+          pair->counts = static_cast<const int32_t*>(counts_at);
+          pair->count_strides[0] = q_blocks;
+          pair->indices = static_cast<const int32_t*>(indices_at);
+          pair->index_strides[0] = int64_t(q_blocks) * kv_blocks;
+          pair->index_strides[1] = kv_blocks;
+          pair->width = kv_blocks;
+        }
+        view.has_full = true;
+        return view;
+      }
+    }
+    return {};
+  }
+  MaskView host_view() const {
+    switch (form) {
+      case Form::kDense: return view(dense.data(), nullptr);
+      case Form::kCsr: return view(row_ptr64.data(), col_idx32.data());
+      case Form::kCsrOtherWidths: return view(row_ptr32.data(), col_idx64.data());
+      case Form::kFlex: return view(counts.data(), indices.data(), full_counts.data(), full_indices.data());
+    }
+    return {};
+  }
+  Form form;
+  int heads, q_blocks, kv_blocks;
+  std::vector<uint8_t> dense;
+  std::vector<int64_t> row_ptr64, col_idx64;
+  std::vector<int32_t> row_ptr32, col_idx32;
+  std::vector<int32_t> counts, indices, full_counts, full_indices;
+};
+
+template <class T>
+std::unique_ptr<DeviceArray<T>> device_copy_of(const std::vector<T>& values) {
+  auto array = std::make_unique<DeviceArray<T>>(values.size());
+  array->upload(values);
+  return array;
+}
+
+struct DeviceMaskCopy {
+  DeviceMaskCopy(const BlockMask& mask, Form form) : DeviceMaskCopy(HostMaskArrays(mask, form)) {}
+  explicit DeviceMaskCopy(const HostMaskArrays& host) {
+    auto keep = [&](const auto& values) -> const void* {
+      if (values.empty()) return nullptr;
+      using T = typename std::decay_t<decltype(values)>::value_type;
+      auto array = device_copy_of(values);
+      const void* address = array->get();
+      if constexpr (std::is_same_v<T, uint8_t>) bytes.push_back(std::move(array));
+      else if constexpr (std::is_same_v<T, int32_t>) ints.push_back(std::move(array));
+      else longs.push_back(std::move(array));
+      return address;
+    };
+    switch (host.form) {
+      case Form::kDense: view = host.view(keep(host.dense), nullptr); break;
+      case Form::kCsr: view = host.view(keep(host.row_ptr64), keep(host.col_idx32)); break;
+      case Form::kCsrOtherWidths: view = host.view(keep(host.row_ptr32), keep(host.col_idx64)); break;
+      case Form::kFlex:
+        view = host.view(keep(host.counts), keep(host.indices), keep(host.full_counts), keep(host.full_indices));
+        break;
+    }
+  }
+  std::vector<std::unique_ptr<DeviceArray<uint8_t>>> bytes;
+  std::vector<std::unique_ptr<DeviceArray<int32_t>>> ints;
+  std::vector<std::unique_ptr<DeviceArray<int64_t>>> longs;
   DeviceMask view;
 };
 
@@ -99,28 +216,32 @@ struct GpuResult {
   std::vector<ScheduleItem> schedule;
   std::vector<MaskStats> stats;
   std::vector<uint8_t> skip;
+  MaskError error;
 };
 
 struct GpuOutputs {
   GpuOutputs(int heads, int q_blocks)
       : permutations(size_t(heads) * q_blocks), inverses(size_t(heads) * q_blocks),
-        schedule(size_t(heads) * q_blocks), stats(heads), skip(heads) {
+        schedule(size_t(heads) * q_blocks), stats(heads), skip(heads), error(1) {
     permutations.poison();
     inverses.poison();
     schedule.poison();
     stats.poison();
     skip.poison();
+    error.poison();
   }
   GpuPlanOutputs view(HeadOrder head_order) const {
-    return {permutations.get(), inverses.get(), schedule.get(), head_order, stats.get(), skip.get()};
+    return {permutations.get(), inverses.get(), schedule.get(), head_order, stats.get(), skip.get(), error.get()};
   }
   GpuResult download() const {
-    return {permutations.download(), inverses.download(), schedule.download(), stats.download(), skip.download()};
+    return {permutations.download(), inverses.download(), schedule.download(), stats.download(), skip.download(),
+            error.download()[0]};
   }
   DeviceArray<int32_t> permutations, inverses;
   DeviceArray<ScheduleItem> schedule;
   DeviceArray<MaskStats> stats;
   DeviceArray<uint8_t> skip;
+  DeviceArray<MaskError> error;
 };
 
 // A planner for `mask`'s shape with its workspace prepared on `stream` (the default stream unless given).
@@ -147,7 +268,11 @@ GpuResult run_on(PreparedPlanner& prepared, const BlockMask& mask, Form form,
   GpuOutputs outputs(mask.heads(), mask.q_blocks());
   EXPECT_TRUE(prepared.plan(device_mask.view, outputs.view(head_order)));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-  return outputs.download();
+  GpuResult result = outputs.download();
+  if (int64_t(mask.heads()) * mask.q_blocks() > 0)
+    EXPECT_EQ(result.error.code, 0) << form_name(form) << ": a valid mask left a record: "
+                                    << mask_error_text(result.error);
+  return result;
 }
 
 GpuResult run_gpu(const BlockMask& mask, const PlanConfig& config, Form form,
@@ -229,16 +354,19 @@ void expect_stats_equal(const MaskStats& gpu, const MaskStats& cpu, const std::s
   EXPECT_EQ(gpu.wave_working_set_bytes, cpu.wave_working_set_bytes) << where;
 }
 
-// Checks one config on both input forms against make_plan; returns how many heads were compared exactly.
+// Checks one config on every input form against make_plan; returns how many heads were compared exactly.
 int compare_with_cpu(const BlockMask& mask, PlanConfig config, const std::string& label,
                      HeadOrder head_order = HeadOrder::kSequential) {
   config.skip = SkipPolicy::kNever;
   const Plan cpu = make_plan(mask, config);
-  const GpuResult dense = run_gpu(mask, config, Form::kDense, head_order);
-  const GpuResult csr = run_gpu(mask, config, Form::kCsr, head_order);
+  PreparedPlanner prepared(mask, config);
+  const GpuResult dense = run_on(prepared, mask, Form::kDense, head_order);
   const std::string where = label + " order " + std::string(to_string(config.order));
-  EXPECT_EQ(dense.permutations, csr.permutations) << where << ": dense and CSR inputs disagree";
-  EXPECT_EQ(dense.skip, csr.skip) << where;
+  for (Form form : {Form::kCsr, Form::kCsrOtherWidths, Form::kFlex}) {
+    const GpuResult other = run_on(prepared, mask, form, head_order);
+    EXPECT_EQ(dense.permutations, other.permutations) << where << ": dense and " << form_name(form) << " disagree";
+    EXPECT_EQ(dense.skip, other.skip) << where << " " << form_name(form);
+  }
 
   const int rows = mask.q_blocks();
   const GpuModel gpu = gpu_model(config.gpu);
@@ -266,6 +394,20 @@ int compare_with_cpu(const BlockMask& mask, PlanConfig config, const std::string
                 kHitRatioTolerance)
         << where << ": " << mask.heads() - exact_heads << " heads have angle near-ties";
   return exact_heads;
+}
+
+// Rows on a circle (test_support::circular_mask), one per head: well separated angles, so the GPU plan's
+// permutations equal the CPU's exactly.
+BlockMask circular_heads(int heads, int rows, int cols) {
+  BlockMask mask(heads, rows, cols);
+  for (int h = 0; h < heads; ++h) {
+    std::vector<double> theta;
+    const BlockMask one = test_support::circular_mask(rows, cols, 100 + h, 0.5, &theta);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j)
+        if (one.test(0, i, j)) mask.set(h, i, j);
+  }
+  return mask;
 }
 
 constexpr Order kAllOrders[] = {Order::kOriginal, Order::kS1, Order::kS2, Order::kWaveAlign, Order::kShuffled};
@@ -302,15 +444,8 @@ TEST(GpuPlan, PartialShapes) {
 TEST(GpuPlan, StructuredMasksMatchExactly) {
   WA_REQUIRE_GPU();
   // Rows on a circle: the angles are well separated, so the permutations must be equal, not just close.
-  const int heads = 3, rows = 257, cols = 190;
-  BlockMask mask(heads, rows, cols);
-  for (int h = 0; h < heads; ++h) {
-    std::vector<double> theta;
-    const BlockMask one = test_support::circular_mask(rows, cols, 100 + h, 0.5, &theta);
-    for (int i = 0; i < rows; ++i)
-      for (int j = 0; j < cols; ++j)
-        if (one.test(0, i, j)) mask.set(h, i, j);
-  }
+  const int heads = 3;
+  const BlockMask mask = circular_heads(heads, 257, 190);
   for (Order order : {Order::kS1, Order::kWaveAlign}) {
     PlanConfig config;
     config.order = order;
@@ -397,8 +532,7 @@ TEST(GpuPlan, EmptyRowsAndEmptyMasks) {
     // Degenerate embeddings (e_0, e_1) are computed exactly on both sides: equal permutations expected.
     for (const BlockMask* mask : {&empty, &no_columns}) {
       const Plan cpu = make_plan(*mask, config);
-      EXPECT_EQ(run_gpu(*mask, config, Form::kDense).permutations, cpu.permutations());
-      EXPECT_EQ(run_gpu(*mask, config, Form::kCsr).permutations, cpu.permutations());
+      for (Form form : kAllForms) EXPECT_EQ(run_gpu(*mask, config, form).permutations, cpu.permutations());
     }
   }
   PlanConfig config;
@@ -539,7 +673,7 @@ CsrMask expected_permuted_csr(const BlockMask& mask, const PlanConfig& config,
 }
 
 std::string csr_label(const std::string& label, const PlanConfig& config, Form form) {
-  return label + (form == Form::kDense ? " dense" : " csr") + " order " + std::string(to_string(config.order)) +
+  return label + " " + form_name(form) + " order " + std::string(to_string(config.order)) +
          (config.skip == SkipPolicy::kAlways ? " skip always" : "");
 }
 
@@ -599,7 +733,7 @@ TEST(GpuPlanPermutedCsr, MatchesTheCpuPermutedMask) {
   configs.back().skip = SkipPolicy::kAlways;
   for (const auto& [mask, label] : masks)
     for (const PlanConfig& config : configs)
-      for (Form form : {Form::kDense, Form::kCsr}) expect_permuted_csr_like_the_cpu(*mask, config, form, label);
+      for (Form form : kAllForms) expect_permuted_csr_like_the_cpu(*mask, config, form, label);
 
   // No rows: no kernel runs, and the pointers are the single 0.
   const BlockMask no_rows(3, 0, 10);
@@ -767,7 +901,7 @@ std::vector<bool> expect_profile_skips_like_the_cpu(const BlockMask& mask, const
     const GpuResult gpu = run_on(planner, mask, form);
     for (int h = 0; h < mask.heads(); ++h) {
       const HeadPlan& expected = cpu.head_plans[h];
-      const std::string where = label + (form == Form::kDense ? " dense" : " csr") + " head " + std::to_string(h) +
+      const std::string where = label + " " + form_name(form) + " head " + std::to_string(h) +
                                 ": CPU says \"" + expected.skip.reason + "\"";
       skipped[size_t(h)] = expected.skip.skipped;
       expect_stats_equal(gpu.stats[h], mask_stats(mask, h, gpu_preset, config.skip_model), where);
@@ -848,6 +982,256 @@ TEST(GpuPlanProfile, GraphReplayReadsTheProfile) {
   EXPECT_EQ(replayed.permutations, cpu.permutations());
 }
 
+// ---- the original CSR (GpuPlanOutputs::csr_row_ptr, csr_col_idx) and the batch schedules ----------------
+
+TEST(GpuPlanCsr, OriginalCsrOfDenseAndFlexMasks) {
+  WA_REQUIRE_GPU();
+  const BlockMask partial = test_support::bernoulli_mask(2, 137, 70, 0.35, 3);
+  BlockMask with_empty_rows = test_support::bernoulli_mask(2, 120, 90, 0.3, 21);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 120; i += 7)
+      for (int j = 0; j < 90; ++j) with_empty_rows.set(h, i, j, false);
+  const BlockMask empty(2, 50, 40);
+  for (const BlockMask* mask : std::array<const BlockMask*, 3>{&partial, &with_empty_rows, &empty}) {
+    const CsrMask expected = mask->to_csr();
+    const int64_t capacity = int64_t(mask->heads()) * mask->q_blocks() * mask->kv_blocks();
+    PlanConfig config;
+    config.wave_size = 24;
+    PreparedPlanner prepared(*mask, config);
+    for (Form form : {Form::kDense, Form::kFlex}) {
+      DeviceMaskCopy device_mask(*mask, form);
+      GpuOutputs plan(mask->heads(), mask->q_blocks());
+      DeviceArray<int64_t> row_ptr(expected.row_ptr.size());
+      DeviceArray<int32_t> col_idx(size_t(capacity) + kGuardEntries);
+      col_idx.fill_bytes(0x7F);
+      GpuPlanOutputs outputs = plan.view(HeadOrder::kSequential);
+      outputs.csr_row_ptr = row_ptr.get();
+      outputs.csr_col_idx = col_idx.get();
+      outputs.csr_col_capacity = capacity;
+      EXPECT_TRUE(prepared.plan(device_mask.view, outputs));
+      WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+      PermutedCsrResult gpu{plan.permutations.download(), row_ptr.download(), col_idx.download()};
+      expect_csr_written_up_to(gpu, expected, expected.nnz(), "original CSR, " + form_name(form));
+    }
+  }
+}
+
+TEST(GpuPlanSchedule, BatchSchedulesMatchTheHost) {
+  WA_REQUIRE_GPU();
+  const int batch = 3, heads = 2, q_blocks = 45;
+  for (int mask_heads : {heads, batch * heads})
+    for (HeadOrder head_order : {HeadOrder::kSequential, HeadOrder::kConcurrent}) {
+      const std::vector<int32_t> permutations = test_support::random_permutations(mask_heads, q_blocks, 9);
+      DeviceArray<int32_t> device_permutations(permutations.size());
+      device_permutations.upload(permutations);
+      DeviceArray<ScheduleItem> schedule(size_t(batch) * heads * q_blocks);
+      schedule.poison();
+      write_batch_schedule(device_permutations.get(), mask_heads, q_blocks, batch, heads, head_order, schedule.get(),
+                           nullptr);
+      WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+      EXPECT_EQ(schedule.download(),
+                make_batch_schedule(permutations, mask_heads, q_blocks, batch, heads, head_order).items)
+          << "mask heads " << mask_heads << ", " << to_string(head_order);
+    }
+}
+
+// ---- device validation of CSR and FlexAttention masks (the rules of wavealign/ingest.h) --------------------
+
+void expect_same_record(const MaskError& device, const MaskError& host, const std::string& where) {
+  EXPECT_EQ(device.code, host.code) << where << ": device says \"" << mask_error_text(device) << "\", host \""
+                                    << mask_error_text(host) << "\"";
+  EXPECT_EQ(device.head, host.head) << where;
+  EXPECT_EQ(device.row, host.row) << where;
+  EXPECT_EQ(device.entry, host.entry) << where;
+  EXPECT_EQ(device.value, host.value) << where;
+  EXPECT_EQ(device.bound, host.bound) << where;
+}
+
+// Plans `host`'s arrays on the device and checks the record against find_mask_error on the same arrays; an
+// invalid mask must leave the identity, and empty CSRs (every pointer 0, no column written).
+void expect_device_validation_like_the_host(PreparedPlanner& prepared, const HostMaskArrays& host,
+                                            const std::string& where) {
+  const MaskError expected = find_mask_error(host.host_view());
+  const DeviceMaskCopy device_mask(host);
+  const int64_t rows = int64_t(host.heads) * host.q_blocks;
+  GpuOutputs plan(host.heads, host.q_blocks);
+  DeviceArray<int64_t> row_ptr(size_t(rows) + 1), permuted_row_ptr(size_t(rows) + 1);
+  const int64_t capacity = std::max<int64_t>(rows * host.kv_blocks, 1);
+  DeviceArray<int32_t> col_idx(static_cast<size_t>(capacity)), permuted_col_idx(static_cast<size_t>(capacity));
+  col_idx.fill_bytes(0x7F);
+  permuted_col_idx.fill_bytes(0x7F);
+  GpuPlanOutputs outputs = plan.view(HeadOrder::kConcurrent);
+  outputs.csr_row_ptr = row_ptr.get();
+  outputs.csr_col_idx = col_idx.get();
+  outputs.csr_col_capacity = capacity;
+  outputs.permuted_row_ptr = permuted_row_ptr.get();
+  outputs.permuted_col_idx = permuted_col_idx.get();
+  outputs.permuted_col_capacity = capacity;
+  EXPECT_TRUE(prepared.plan(device_mask.view, outputs));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where << ": " << cudaGetErrorString(cudaGetLastError());
+  const GpuResult result = plan.download();
+  expect_same_record(result.error, expected, where);
+  if (expected.code == 0) return;
+  std::vector<int32_t> identity(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) identity[r] = int32_t(r % host.q_blocks);
+  EXPECT_EQ(result.permutations, identity) << where;
+  EXPECT_EQ(result.schedule, original_schedule(host.heads, host.q_blocks, HeadOrder::kConcurrent).items) << where;
+  for (const DeviceArray<int64_t>* pointers : {&row_ptr, &permuted_row_ptr})
+    EXPECT_EQ(pointers->download(), std::vector<int64_t>(size_t(rows) + 1, 0)) << where;
+  for (const DeviceArray<int32_t>* columns : {&col_idx, &permuted_col_idx}) {
+    const std::vector<int32_t> values = columns->download();
+    EXPECT_TRUE(std::all_of(values.begin(), values.end(), [](int32_t v) { return v == kColumnSentinel; })) << where;
+  }
+}
+
+TEST(GpuPlanValidation, EveryRuleGivesTheHostRecord) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = test_support::bernoulli_mask(3, 70, 90, 0.3, 12);
+  PlanConfig config;
+  config.wave_size = 16;
+  PreparedPlanner prepared(mask, config);
+  const HostMaskArrays csr(mask, Form::kCsr), csr_widths(mask, Form::kCsrOtherWidths), flex(mask, Form::kFlex);
+  ASSERT_GT(csr.col_idx32.size(), size_t(100));
+  const size_t row = 75;  // head 1, query block 5
+  const int64_t first = csr.row_ptr64[row];
+  ASSERT_GE(csr.row_ptr64[row + 1] - first, 3);
+  std::vector<std::pair<std::string, HostMaskArrays>> cases;
+  auto add = [&](const std::string& label, const HostMaskArrays& base, auto&& edit) {
+    cases.emplace_back(label, base);
+    edit(cases.back().second);
+  };
+  add("row_ptr start", csr, [](HostMaskArrays& m) { m.row_ptr64[0] = 1; });
+  add("row_ptr decreases", csr, [&](HostMaskArrays& m) { m.row_ptr64[row] = m.row_ptr64[row - 1] - 1; });
+  add("row_ptr end", csr, [](HostMaskArrays& m) { m.row_ptr64.back() -= 1; });
+  add("row_ptr negative", csr, [&](HostMaskArrays& m) { m.row_ptr64[row] = -40; });
+  add("row_ptr past nnz", csr, [&](HostMaskArrays& m) { m.row_ptr64[row] = 1 << 30; });
+  add("column too large", csr, [&](HostMaskArrays& m) { m.col_idx32[first + 1] = 90; });
+  add("column negative", csr, [&](HostMaskArrays& m) { m.col_idx32[first] = -3; });
+  add("column repeated", csr, [&](HostMaskArrays& m) { m.col_idx32[first + 1] = m.col_idx32[first]; });
+  add("columns descending", csr, [&](HostMaskArrays& m) { std::swap(m.col_idx32[first], m.col_idx32[first + 2]); });
+  add("two violations, the earlier row wins", csr, [&](HostMaskArrays& m) {
+    m.col_idx32[first] = 95;
+    m.col_idx32[10] = 91;
+  });
+  add("int64 column beyond int32", csr_widths, [&](HostMaskArrays& m) { m.col_idx64[first] = (int64_t(1) << 32) + 2; });
+  add("int32 row_ptr decreases", csr_widths, [&](HostMaskArrays& m) { m.row_ptr32[row] = 0; });
+  add("count above the width", flex, [&](HostMaskArrays& m) { m.counts[row] = 91; });
+  add("count negative", flex, [&](HostMaskArrays& m) { m.counts[row] = -1; });
+  add("index out of range", flex, [&](HostMaskArrays& m) { m.indices[row * 90 + 1] = 90; });
+  add("index repeated in the partial pair", flex,
+      [&](HostMaskArrays& m) { m.indices[row * 90 + 1] = m.indices[row * 90]; });
+  add("full index repeats a partial one", flex,
+      [&](HostMaskArrays& m) { m.full_indices[row * 90] = m.indices[row * 90 + 1]; });
+  add("full count above the width", flex, [&](HostMaskArrays& m) { m.full_counts[row] = 100; });
+  add("full index negative", flex, [&](HostMaskArrays& m) { m.full_indices[row * 90] = -7; });
+  add("a repeat after a range error in the same row", flex, [&](HostMaskArrays& m) {
+    m.indices[row * 90 + 2] = m.indices[row * 90];
+    m.full_indices[row * 90] = 1000;
+  });
+  for (const auto& [label, host] : cases) {
+    ASSERT_NE(find_mask_error(host.host_view()).code, 0) << label << ": the edit breaks no rule";
+    expect_device_validation_like_the_host(prepared, host, label);
+  }
+  // Valid inputs clear a record left by an earlier call.
+  for (Form form : kAllForms) expect_device_validation_like_the_host(prepared, HostMaskArrays(mask, form), "valid");
+}
+
+TEST(GpuPlanValidation, RandomCorruptionsGiveTheHostRecord) {
+  WA_REQUIRE_GPU();
+  // 200 corrupted copies of one mask: 1-3 random edits of row pointers, columns, counts or indices each,
+  // every record compared with the host's field by field.
+  const BlockMask mask = test_support::bernoulli_mask(2, 40, 75, 0.25, 6);
+  PlanConfig config;
+  config.order = Order::kS2;
+  PreparedPlanner prepared(mask, config);
+  std::mt19937_64 rng(77);
+  auto pick = [&](auto& values) -> auto& { return values[rng() % values.size()]; };
+  int invalid = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const Form form = std::array{Form::kCsr, Form::kCsrOtherWidths, Form::kFlex}[trial % 3];
+    HostMaskArrays host(mask, form);
+    for (int edit = 0, edits = 1 + int(rng() % 3); edit < edits; ++edit) {
+      const int64_t delta = int64_t(rng() % 7) - 3;
+      switch (form) {
+        case Form::kCsr:
+          if (rng() % 4 == 0) pick(host.row_ptr64) += delta; else pick(host.col_idx32) += int32_t(delta);
+          break;
+        case Form::kCsrOtherWidths:
+          if (rng() % 4 == 0) pick(host.row_ptr32) += int32_t(delta); else pick(host.col_idx64) += delta;
+          break;
+        default: {
+          const size_t r = rng() % host.counts.size();
+          const bool full = rng() % 2;
+          auto& counts = full ? host.full_counts : host.counts;
+          auto& indices = full ? host.full_indices : host.indices;
+          if (rng() % 3 == 0)
+            counts[r] += int32_t(delta);
+          else if (counts[r] > 0)
+            indices[r * 75 + rng() % std::min(counts[r], 75)] += int32_t(delta);
+        }
+      }
+    }
+    invalid += find_mask_error(host.host_view()).code != 0;
+    expect_device_validation_like_the_host(prepared, host, "trial " + std::to_string(trial) + " " + form_name(form));
+  }
+  EXPECT_GT(invalid, 120);
+}
+
+// ---- concurrency: one planner, several host threads, each with its own stream and scratch ---------------
+
+TEST(GpuPlanConcurrency, ThreadsWithTheirOwnScratchPlanLikeOneThread) {
+  WA_REQUIRE_GPU();
+  constexpr int kThreads = 4, kMasks = 23;  // prime: k -> (k * (2t + 1) + t) % kMasks is a bijection
+  const int heads = 3, q_blocks = 220, kv_blocks = 180;
+  std::vector<BlockMask> masks;
+  for (int m = 0; m < kMasks; ++m)
+    masks.push_back(test_support::bernoulli_mask(heads, q_blocks, kv_blocks, 0.1 + 0.02 * m, 100 + m));
+  PlanConfig config;
+  config.wave_size = 32;
+  GpuPlanner planner(heads, q_blocks, kv_blocks, config);
+  DeviceArray<uint8_t> prepared(std::max<size_t>(planner.prepared_bytes(), 1));
+  planner.prepare(prepared.get(), prepared.count(), nullptr);
+  // Sequential answers first, one scratch, the default stream.
+  std::vector<GpuResult> expected;
+  {
+    DeviceArray<uint8_t> scratch(planner.scratch_bytes());
+    for (const BlockMask& mask : masks) {
+      DeviceMaskCopy device_mask(mask, Form::kCsr);
+      GpuOutputs outputs(heads, q_blocks);
+      planner.plan(device_mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), scratch.get(),
+                   scratch.count(), nullptr);
+      WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+      expected.push_back(outputs.download());
+    }
+  }
+  // Each thread plans every mask, in its own order, on its own stream with its own scratch.
+  std::vector<std::vector<GpuResult>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      OwnStream stream;
+      DeviceArray<uint8_t> scratch(planner.scratch_bytes());
+      std::vector<std::unique_ptr<DeviceMaskCopy>> inputs;
+      std::vector<std::unique_ptr<GpuOutputs>> outputs;
+      for (int k = 0; k < kMasks; ++k) {
+        const int m = (k * (2 * t + 1) + t) % kMasks;
+        inputs.push_back(std::make_unique<DeviceMaskCopy>(masks[m], Form::kCsr));
+        outputs.push_back(std::make_unique<GpuOutputs>(heads, q_blocks));
+        planner.plan(inputs.back()->view, outputs.back()->view(HeadOrder::kSequential), prepared.get(), scratch.get(),
+                     scratch.count(), stream.get());
+      }
+      cudaStreamSynchronize(stream.get());
+      results[t].resize(kMasks);
+      for (int k = 0; k < kMasks; ++k) results[t][(k * (2 * t + 1) + t) % kMasks] = outputs[k]->download();
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t)
+    for (int m = 0; m < kMasks; ++m) {
+      EXPECT_EQ(results[t][m].permutations, expected[m].permutations) << "thread " << t << " mask " << m;
+      EXPECT_EQ(results[t][m].schedule, expected[m].schedule) << "thread " << t << " mask " << m;
+    }
+}
+
 // ---- host-side argument checks: no device needed -------------------------------------------------------
 
 TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
@@ -875,6 +1259,9 @@ TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
   bad = config;
   bad.tokens = -1;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "tokens");
+  bad = config;
+  bad.order = Order::kCom;  // a CPU-only order: refused, not planned as something else
+  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "order");
 }
 
 TEST(GpuPlanArguments, ConstructorChecksTheProfileLikeMakePlan) {
@@ -912,62 +1299,152 @@ TEST(GpuPlanArguments, WorkspaceHoldsTheProfileWhenKAutoReadsIt) {
   EXPECT_EQ(GpuPlanner(2, 300, 300, config).workspace_bytes(), without);
 }
 
+// Never dereferenced: every call that gets one throws before anything is enqueued.
+void* const kFake = reinterpret_cast<void*>(uintptr_t(4096));
+
+DenseMaskView fake_dense(int heads, int q_blocks, int kv_blocks) {
+  return {heads, q_blocks, kv_blocks, static_cast<const uint8_t*>(kFake), {int64_t(q_blocks) * kv_blocks, kv_blocks, 1}};
+}
+
+CsrMaskView fake_csr(int heads, int q_blocks, int kv_blocks, int64_t row_ptr_size, int64_t nnz) {
+  return {heads, q_blocks, kv_blocks, {kFake, IndexType::kInt64, row_ptr_size, 1}, {kFake, IndexType::kInt32, nnz, 1}};
+}
+
 TEST(GpuPlanArguments, PlanNamesTheArgument) {
   PlanConfig config;
   config.order = Order::kS2;  // no Stage 1: the workspace size needs no device either
   GpuPlanner planner(2, 10, 20, config);
   EXPECT_GT(planner.workspace_bytes(), size_t(0));
+  EXPECT_EQ(planner.workspace_bytes(), planner.prepared_bytes() + planner.scratch_bytes());
+  EXPECT_EQ(planner.prepared_bytes(), size_t(0));  // no start block, no profile: nothing to keep
   EXPECT_EQ(planner.wave_size(), gpu_model(config.gpu).slots());
-  // Never dereferenced: every call below throws before anything is enqueued.
-  auto* fake = reinterpret_cast<void*>(uintptr_t(4096));
-  const auto* dense = static_cast<const uint8_t*>(fake);
-  const auto* row_ptr = static_cast<const int64_t*>(fake);
-  const auto* col_idx = static_cast<const int32_t*>(fake);
   GpuPlanOutputs outputs;
-  outputs.permutations = static_cast<int32_t*>(fake);
-  const DeviceMask good{2, 10, 20, dense, nullptr, nullptr};
+  outputs.permutations = static_cast<int32_t*>(kFake);
+  GpuPlanOutputs with_error = outputs;
+  with_error.error = static_cast<MaskError*>(kFake);
+  const DeviceMask good = fake_dense(2, 10, 20);
 
-  expect_invalid([&] { planner.plan({2, 11, 20, dense, nullptr, nullptr}, outputs, fake, nullptr); }, "mask");
-  expect_invalid([&] { planner.plan({2, 10, 20, dense, row_ptr, col_idx}, outputs, fake, nullptr); }, "mask");
-  expect_invalid([&] { planner.plan({2, 10, 20, nullptr, nullptr, nullptr}, outputs, fake, nullptr); }, "mask");
-  expect_invalid([&] { planner.plan({2, 10, 20, nullptr, row_ptr, nullptr}, outputs, fake, nullptr); }, "col_idx");
-  expect_invalid([&] { planner.plan({2, 10, 20, nullptr, nullptr, col_idx}, outputs, fake, nullptr); }, "row_ptr");
-  expect_invalid([&] { planner.plan(good, GpuPlanOutputs{}, fake, nullptr); }, "permutations");
+  expect_invalid([&] { planner.plan(fake_dense(2, 11, 20), outputs, kFake, nullptr); }, "mask");
+  expect_invalid([&] { planner.plan(fake_dense(2, 10, 20), GpuPlanOutputs{}, kFake, nullptr); }, "permutations");
+  DenseMaskView null_dense = fake_dense(2, 10, 20);
+  null_dense.data = nullptr;
+  expect_invalid([&] { planner.plan(null_dense, outputs, kFake, nullptr); }, "block_mask");
+  // A CSR mask's shape is checked on the host (its values on the device), and it needs the error record.
+  expect_invalid([&] { planner.plan(fake_csr(2, 10, 20, 20, 5), with_error, kFake, nullptr); }, "row_ptr");
+  CsrMaskView null_columns = fake_csr(2, 10, 20, 21, 5);
+  null_columns.col_idx.data = nullptr;
+  expect_invalid([&] { planner.plan(null_columns, with_error, kFake, nullptr); }, "col_idx");
+  expect_invalid([&] { planner.plan(fake_csr(2, 10, 20, 21, 5), outputs, kFake, nullptr); }, "error");
+  FlexMaskView flex;
+  flex.heads = 2;
+  flex.q_blocks = 10;
+  flex.kv_blocks = 20;
+  expect_invalid([&] { planner.plan(flex, with_error, kFake, nullptr); }, "kv_num_blocks");
+  flex.partial.counts = static_cast<const int32_t*>(kFake);
+  flex.partial.width = 20;
+  expect_invalid([&] { planner.plan(flex, with_error, kFake, nullptr); }, "kv_indices");
+  flex.partial.indices = static_cast<const int32_t*>(kFake);
+  flex.has_full = true;
+  expect_invalid([&] { planner.plan(flex, with_error, kFake, nullptr); }, "full_kv_num_blocks");
+  expect_invalid([&] { planner.plan(flex, outputs, kFake, nullptr); }, "full_kv_num_blocks");
+  flex.has_full = false;
+  expect_invalid([&] { planner.plan(flex, outputs, kFake, nullptr); }, "error");
+
   expect_invalid([&] { planner.plan(good, outputs, nullptr, nullptr); }, "workspace");
-  expect_invalid([&] { planner.plan(good, outputs, fake, nullptr); }, "workspace");  // prepare() not called
+  expect_invalid([&] { planner.plan(good, outputs, kFake, nullptr); }, "workspace");  // prepare() not called
+  expect_invalid([&] { planner.plan(good, outputs, kFake, kFake, 1 << 20, nullptr); }, "workspace");
   expect_invalid([&] { planner.prepare(nullptr, 1 << 20, nullptr); }, "workspace");
-  expect_invalid([&] { planner.prepare(fake, 1, nullptr); }, "workspace");
 }
 
-TEST(GpuPlanArguments, PermutedCsrNamesTheArgument) {
+TEST(GpuPlanArguments, PreparedPartAndScratch) {
+  WA_REQUIRE_GPU();
+  PlanConfig config;  // WaveAlign: a start block to keep
+  config.skip = SkipPolicy::kNever;
+  config.wave_size = 40;
+  config.iterations = 12;
+  const BlockMask host_mask = circular_heads(2, 257, 190);
+  GpuPlanner planner(2, 257, 190, config);
+  ASSERT_GT(planner.prepared_bytes(), size_t(0));
+  DeviceArray<uint8_t> prepared(planner.prepared_bytes());
+  expect_invalid([&] { planner.prepare(prepared.get(), planner.prepared_bytes() - 1, nullptr); }, "workspace");
+  planner.prepare(prepared.get(), planner.prepared_bytes(), nullptr);
+  GpuOutputs outputs(2, 257);
+  const DeviceMaskCopy mask(host_mask, Form::kDense);
+  // The one-buffer plan() needs the whole workspace behind the prepared pointer.
+  expect_invalid([&] { planner.plan(mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), nullptr); },
+                 "workspace");
+  DeviceArray<uint8_t> scratch(planner.scratch_bytes());
+  expect_invalid([&] {
+    planner.plan(mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), scratch.get(), scratch.count() - 1,
+                 nullptr);
+  }, "scratch");
+  expect_invalid([&] {
+    planner.plan(mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), nullptr, scratch.count(), nullptr);
+  }, "scratch");
+  EXPECT_TRUE(planner.plan(mask.view, outputs.view(HeadOrder::kSequential), prepared.get(), scratch.get(),
+                           scratch.count(), nullptr));
+  WA_CUDA_REQUIRE(cudaDeviceSynchronize());
+  EXPECT_EQ(outputs.download().permutations, make_plan(host_mask, config).permutations());
+}
+
+TEST(GpuPlanArguments, CsrOutputsNameTheArgument) {
   PlanConfig config;
   config.order = Order::kS2;
-  auto* fake = reinterpret_cast<void*>(uintptr_t(4096));
   GpuPlanOutputs outputs;
-  outputs.permutations = static_cast<int32_t*>(fake);
-  GpuPlanOutputs only_row_ptr = outputs;
-  only_row_ptr.permuted_row_ptr = static_cast<int64_t*>(fake);
-  only_row_ptr.permuted_col_capacity = 100;
-  GpuPlanOutputs only_col_idx = outputs;
-  only_col_idx.permuted_col_idx = static_cast<int32_t*>(fake);
-  only_col_idx.permuted_col_capacity = 100;
-  GpuPlanOutputs both = only_row_ptr;
-  both.permuted_col_idx = static_cast<int32_t*>(fake);
-  // Checked for every shape, also without rows (then row_ptr[0] is still written).
-  for (int q_blocks : {10, 0}) {
-    GpuPlanner planner(2, q_blocks, 20, config);
-    const DeviceMask mask{2, q_blocks, 20, static_cast<const uint8_t*>(fake), nullptr, nullptr};
-    expect_invalid([&] { planner.plan(mask, only_row_ptr, fake, nullptr); }, "permuted_col_idx");
-    expect_invalid([&] { planner.plan(mask, only_col_idx, fake, nullptr); }, "permuted_row_ptr");
-    for (int64_t capacity : {int64_t(0), int64_t(-5)}) {
-      GpuPlanOutputs bad = both;
-      bad.permuted_col_capacity = capacity;
-      expect_invalid([&] { planner.plan(mask, bad, fake, nullptr); }, "permuted_col_capacity");
-      expect_invalid([&] { planner.plan_timed(mask, bad, fake, nullptr); }, "permuted_col_capacity");
+  outputs.permutations = static_cast<int32_t*>(kFake);
+  struct Names {
+    int64_t* GpuPlanOutputs::*row_ptr;
+    int32_t* GpuPlanOutputs::*col_idx;
+    int64_t GpuPlanOutputs::*capacity;
+    const char* row_ptr_name;
+    const char* col_idx_name;
+    const char* capacity_name;
+  };
+  const Names csrs[] = {{&GpuPlanOutputs::permuted_row_ptr, &GpuPlanOutputs::permuted_col_idx,
+                         &GpuPlanOutputs::permuted_col_capacity, "permuted_row_ptr", "permuted_col_idx",
+                         "permuted_col_capacity"},
+                        {&GpuPlanOutputs::csr_row_ptr, &GpuPlanOutputs::csr_col_idx, &GpuPlanOutputs::csr_col_capacity,
+                         "csr_row_ptr", "csr_col_idx", "csr_col_capacity"}};
+  for (const Names& names : csrs) {
+    GpuPlanOutputs only_row_ptr = outputs;
+    only_row_ptr.*names.row_ptr = static_cast<int64_t*>(kFake);
+    only_row_ptr.*names.capacity = 100;
+    GpuPlanOutputs only_col_idx = outputs;
+    only_col_idx.*names.col_idx = static_cast<int32_t*>(kFake);
+    only_col_idx.*names.capacity = 100;
+    GpuPlanOutputs both = only_row_ptr;
+    both.*names.col_idx = static_cast<int32_t*>(kFake);
+    // Checked for every shape, also without rows (then row_ptr[0] is still written).
+    for (int q_blocks : {10, 0}) {
+      GpuPlanner planner(2, q_blocks, 20, config);
+      const DeviceMask mask = fake_dense(2, q_blocks, 20);
+      expect_invalid([&] { planner.plan(mask, only_row_ptr, kFake, nullptr); }, names.col_idx_name);
+      expect_invalid([&] { planner.plan(mask, only_col_idx, kFake, nullptr); }, names.row_ptr_name);
+      for (int64_t capacity : {int64_t(0), int64_t(-5)}) {
+        GpuPlanOutputs bad = both;
+        bad.*names.capacity = capacity;
+        expect_invalid([&] { planner.plan(mask, bad, kFake, nullptr); }, names.capacity_name);
+        expect_invalid([&] { planner.plan_timed(mask, bad, kFake, nullptr); }, names.capacity_name);
+      }
+      // Valid CSR outputs get as far as the workspace, which prepare() never set up.
+      expect_invalid([&] { planner.plan(mask, both, kFake, nullptr); }, "workspace");
     }
-    // Valid CSR outputs get as far as the workspace, which prepare() never set up.
-    expect_invalid([&] { planner.plan(mask, both, fake, nullptr); }, "workspace");
   }
+}
+
+TEST(GpuPlanArguments, BatchScheduleNamesTheArgument) {
+  auto* permutations = static_cast<const int32_t*>(kFake);
+  auto* schedule = static_cast<ScheduleItem*>(kFake);
+  expect_invalid([&] { write_batch_schedule(permutations, 2, 8, 0, 2, HeadOrder::kSequential, schedule, nullptr); },
+                 "batch");
+  expect_invalid([&] { write_batch_schedule(permutations, 2, 8, 2, 0, HeadOrder::kSequential, schedule, nullptr); },
+                 "heads");
+  expect_invalid([&] { write_batch_schedule(permutations, 3, 8, 2, 2, HeadOrder::kSequential, schedule, nullptr); },
+                 "mask_heads");
+  expect_invalid([&] { write_batch_schedule(nullptr, 2, 8, 2, 2, HeadOrder::kSequential, schedule, nullptr); },
+                 "permutations");
+  expect_invalid([&] { write_batch_schedule(permutations, 4, 8, 2, 2, HeadOrder::kSequential, nullptr, nullptr); },
+                 "schedule");
 }
 
 }  // namespace

@@ -304,6 +304,7 @@ def test_method_names_resolve_from_wavealign_methods(clean):
             wd.apply(clean, "xattention")
     else:
         wd.apply(clean, "xattention", block_size=BLOCK)
+        wd.remove(clean)  # the backend check below applies to the same transformer
     try:
         import wavealign.fa4  # noqa: F401
     except ImportError:

@@ -14,6 +14,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import wavealign  # noqa: E402
+from test_plan import CSR_CASES, FLEX_CASES, batch_schedule_oracle  # noqa: E402
 from wa_testing import csr_of, expand_mask, flex_of, random_mask  # noqa: E402
 
 needs_kernel = pytest.mark.skipif(not wavealign.has_cuda, reason="wavealign was built without its CUDA kernels")
@@ -331,3 +332,83 @@ def test_module_runs_the_kernel(rng):
     q, k, v = (torch.randn(1, 2, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     o = attention(q, k, v, mask)
     assert torch.equal(o, wavealign.sparse_attention(q, k, v, attention.plan_for(mask)))
+
+
+# ---- the GPU planner refuses what the CPU planner refuses (device validation, read at the first host access) ---
+
+
+def cuda_flex(flex):
+    """The duck-typed BlockMask of test_plan with its arrays on the GPU, in 16 x 8-token blocks (2 query and
+    4 KV blocks over L = 32 tokens, so that sparse_attention's shapes fit the plan)."""
+    from types import SimpleNamespace
+
+    arrays = {name: None if getattr(flex, name) is None else torch.from_numpy(getattr(flex, name)).cuda()
+              for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")}
+    return SimpleNamespace(**arrays, BLOCK_SIZE=(16, 8), seq_lengths=(32, 32))
+
+
+def expect_refused_at_first_host_access(plan, message):
+    """An invalid mask's GPU plan: no error at plan() (no host synchronization), the identity permutation on
+    the device, then the CPU plan's ValueError at check() and at every host access after it."""
+    assert plan.planner == "gpu"
+    torch.cuda.synchronize()
+    assert np.array_equal(plan.permutation.cpu().numpy(), np.tile(np.arange(plan.q_blocks), (plan.heads, 1)))
+    for access in (plan.check, lambda: plan.skipped, lambda: plan.reason, lambda: plan.stats, plan.csr,
+                   plan.permuted_mask):
+        with pytest.raises(ValueError) as raised:
+            access()
+        assert str(raised.value) == message
+    q = torch.randn(1, plan.heads, plan.q_blocks * plan.block_size[0], 64, device="cuda", dtype=torch.bfloat16)
+    assert plan.kv_blocks * plan.block_size[1] == q.shape[2]  # the shapes fit: the mask's error is what raises
+    with pytest.raises(ValueError) as raised:
+        wavealign.sparse_attention(q, q, q, plan)
+    assert str(raised.value) == message
+
+
+@needs_gpu_plan
+@pytest.mark.parametrize("label,row_ptr,col_idx,message", CSR_CASES, ids=[c[0] for c in CSR_CASES])
+def test_gpu_plan_refuses_the_csr_masks_the_cpu_plan_refuses(label, row_ptr, col_idx, message):
+    pair = (torch.from_numpy(row_ptr).cuda(), torch.from_numpy(col_idx).cuda())
+    with pytest.raises(ValueError) as raised:
+        wavealign.plan(pair, heads=2, kv_blocks=4, block_size=(16, 8), planner="cpu")
+    assert str(raised.value) == message
+    expect_refused_at_first_host_access(
+        wavealign.plan(pair, heads=2, kv_blocks=4, block_size=(16, 8), skip="never"), message)
+
+
+@needs_gpu_plan
+@pytest.mark.parametrize("label,flex,message", FLEX_CASES, ids=[c[0] for c in FLEX_CASES])
+def test_gpu_plan_refuses_the_flex_masks_the_cpu_plan_refuses(label, flex, message):
+    with pytest.raises(ValueError) as raised:
+        wavealign.plan(cuda_flex(flex), planner="cpu")
+    assert str(raised.value) == message
+    expect_refused_at_first_host_access(wavealign.plan(cuda_flex(flex), skip="never"), message)
+
+
+@needs_gpu_plan
+def test_a_valid_gpu_plan_checks_clean_and_keeps_its_own_csr(rng):
+    mask = random_mask(rng, 2, 20, 20)
+    row_ptr, col_idx = cuda_csr(mask)
+    plan = wavealign.plan((row_ptr, col_idx), heads=2, kv_blocks=20, wave_size=4, skip="never")
+    launch = plan._launch_tensors(row_ptr.device, 1, 2, "sequential")
+    assert launch[3] is not None and launch[3].dtype == torch.int32  # the record, not yet read on the host
+    plan.check()
+    assert plan._launch_tensors(row_ptr.device, 1, 2, "sequential")[3] is None
+    col_idx.fill_(0)  # the plan validated and kept its own copy: later writes to the input do not reach it
+    assert np.array_equal(plan.csr()[1].cpu().numpy(), csr_of(mask)[1])
+
+
+@needs_gpu_plan
+@pytest.mark.parametrize("batch,shared", [(3, True), (3, False)])
+@pytest.mark.parametrize("head_order", ["sequential", "concurrent-heads"])
+def test_gpu_launch_schedules_equal_the_host_layout(rng, batch, shared, head_order):
+    heads, q_blocks = 2, 17
+    mask = random_mask(rng, heads if shared else batch * heads, q_blocks, 13)
+    plan = wavealign.plan(torch.from_numpy(mask).cuda(), wave_size=4, skip="never")
+    row_ptr, col_idx, schedule, _ = plan._launch_tensors(torch.device("cuda", torch.cuda.current_device()), batch,
+                                                         heads, head_order)
+    expected = batch_schedule_oracle(plan.permutation.cpu().numpy(), batch, heads, head_order)
+    assert np.array_equal(schedule.cpu().numpy(), expected)
+    nnz = int(row_ptr[-1])
+    assert np.array_equal(row_ptr.cpu().numpy(), csr_of(mask)[0])
+    assert np.array_equal(col_idx[:nnz].cpu().numpy(), csr_of(mask)[1])

@@ -213,3 +213,220 @@ def test_gpu_plan_decisions_read_back_like_the_cpu_plan(rng):
     # kNoGain (6) comes from a calibrated profile, which this planner does not have: the flag's own text.
     skipped, reasons, _ = planner.decode(stats.view(np.uint8), np.array([2, 6, 3], np.uint8))
     assert skipped == [True, True, True] and reasons[1] == "predicted gain does not pay for the plan"
+
+
+# ---- mask ingest: one rule set (wavealign/ingest.h) for every entrance ----------------------------------------
+
+# 2 heads x 2 query blocks x 4 KV blocks: rows {0, 2}, {}, {1, 3}, {3}.
+ROW_PTR = np.array([0, 2, 2, 4, 5], np.int64)
+COL_IDX = np.array([0, 2, 1, 3, 3], np.int32)
+
+
+def edited(array, index, value):
+    array = array.copy()
+    array[index] = value
+    return array
+
+
+# (label, row_ptr, col_idx, the exact ValueError message). The CPU planner raises it in plan(); the GPU planner
+# raises the same text at the plan's first host access (test_gpu.py).
+CSR_CASES = [
+    ("row_ptr start", edited(ROW_PTR, 0, 1), COL_IDX,
+     "invalid argument 'row_ptr': must start at 0, got row_ptr[0] = 1"),
+    ("row_ptr decreases", edited(ROW_PTR, 2, 1), COL_IDX,
+     "invalid argument 'row_ptr': decreases at entry 2: 1 after 2 (head 0, query block 1 would end before it starts)"),
+    ("row_ptr end", ROW_PTR, COL_IDX[:-1],
+     "invalid argument 'col_idx': has 4 entries, but row_ptr ends at 5"),
+    ("column out of range", ROW_PTR, edited(COL_IDX, 3, 4),
+     "invalid argument 'col_idx': entry 3 = 4 (head 1, query block 0) is outside [0, 4)"),
+    ("column negative", ROW_PTR, edited(COL_IDX, 0, -1),
+     "invalid argument 'col_idx': entry 0 = -1 (head 0, query block 0) is outside [0, 4)"),
+    ("column repeated", ROW_PTR, edited(COL_IDX, 1, 0),
+     "invalid argument 'col_idx': entry 1 = 0 (head 0, query block 0) does not ascend: the row's previous entry is 0"),
+    ("int64 column beyond int32", ROW_PTR, edited(COL_IDX.astype(np.int64), 2, 2 ** 32 + 1),
+     "invalid argument 'col_idx': entry 2 = 4294967297 (head 1, query block 0) is outside [0, 4)"),
+]
+
+
+def flex_arrays(rows, width=4):
+    """FlexAttention counts [1, 2, 2] and indices [1, 2, 2, width] of per-row block lists (2 heads x 2 rows)."""
+    counts = np.zeros((1, 2, 2), np.int32)
+    indices = np.zeros((1, 2, 2, width), np.int32)
+    for r, blocks in enumerate(rows):
+        counts[0, r // 2, r % 2] = len(blocks)
+        indices[0, r // 2, r % 2, :len(blocks)] = blocks
+    return counts, indices
+
+
+class FlexArrays:
+    """A duck-typed BlockMask with a partial and a full pair (block size 16, 4 KV blocks)."""
+
+    def __init__(self, partial, full=None):
+        self.kv_num_blocks, self.kv_indices = partial
+        self.full_kv_num_blocks, self.full_kv_indices = full if full is not None else (None, None)
+        self.BLOCK_SIZE = (16, 16)
+        self.seq_lengths = (32, 64)
+
+
+VALID_PARTIAL = [[3, 1], [], [2], [0, 1]]
+VALID_FULL = [[0], [2], [], [3]]
+FLEX_CASES = [
+    ("repeated in the partial pair", FlexArrays(flex_arrays([[3, 1], [], [2, 2], [0, 1]])),
+     "invalid argument 'kv_indices': head 1, query block 0, entry 1 lists block 2 twice"),
+    ("full pair repeats a partial block", FlexArrays(flex_arrays(VALID_PARTIAL), flex_arrays([[0], [2], [], [1]])),
+     "invalid argument 'full_kv_indices': head 1, query block 1, entry 0 lists block 1, which the row already "
+     "lists (in kv_indices or full_kv_indices)"),
+    ("index out of range", FlexArrays(flex_arrays([[3, 1], [4], [2], [0, 1]])),
+     "invalid argument 'kv_indices': head 0, query block 1, entry 0 = 4 is outside [0, 4)"),
+    ("full index negative", FlexArrays(flex_arrays(VALID_PARTIAL), flex_arrays([[0], [-2], [], [3]])),
+     "invalid argument 'full_kv_indices': head 0, query block 1, entry 0 = -2 is outside [0, 4)"),
+]
+
+
+def flex_with_count(count, full=False):
+    partial, extra = flex_arrays(VALID_PARTIAL), flex_arrays(VALID_FULL)
+    target = extra if full else partial
+    target[0][0, 1, 0] = count
+    return FlexArrays(partial, extra)
+
+
+FLEX_COUNT_CASES = [
+    ("count above the width", flex_with_count(5),
+     "invalid argument 'kv_num_blocks': head 1, query block 0: count 5 is outside [0, 4] (the indices' width)"),
+    ("count negative", flex_with_count(-1),
+     "invalid argument 'kv_num_blocks': head 1, query block 0: count -1 is outside [0, 4] (the indices' width)"),
+    ("full count above the width", flex_with_count(9, full=True),
+     "invalid argument 'full_kv_num_blocks': head 1, query block 0: count 9 is outside [0, 4] (the indices' width)"),
+]
+FLEX_CASES += FLEX_COUNT_CASES
+
+
+@pytest.mark.parametrize("label,row_ptr,col_idx,message", CSR_CASES, ids=[c[0] for c in CSR_CASES])
+def test_csr_masks_breaking_a_rule_are_refused_with_the_rule(label, row_ptr, col_idx, message):
+    with pytest.raises(ValueError) as raised:
+        wavealign.plan((row_ptr, col_idx), heads=2, kv_blocks=4, block_size=16)
+    assert str(raised.value) == message
+    with pytest.raises(ValueError) as raised:  # the bare ingest binding applies the same rules
+        wavealign._core.mask_from_csr(row_ptr, col_idx, 2, 4)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("label,flex,message", FLEX_CASES, ids=[c[0] for c in FLEX_CASES])
+def test_flex_masks_breaking_a_rule_are_refused_with_the_rule(label, flex, message):
+    # Until this was one ingest, the Python binding set a repeated block twice without a word.
+    with pytest.raises(ValueError) as raised:
+        wavealign.plan(flex)
+    assert str(raised.value) == message
+
+
+def test_valid_flex_pairs_unite_and_equal_the_dense_mask():
+    dense = np.zeros((2, 2, 4), bool)
+    for r, blocks in enumerate(zip(VALID_PARTIAL, VALID_FULL)):
+        for block in blocks[0] + blocks[1]:
+            dense[r // 2, r % 2, block] = True
+    plan = wavealign.plan(FlexArrays(flex_arrays(VALID_PARTIAL), flex_arrays(VALID_FULL)), wave_size=2, skip="never")
+    row_ptr, col_idx = plan.csr()
+    assert np.array_equal(row_ptr, csr_of(dense)[0]) and np.array_equal(col_idx, csr_of(dense)[1])
+    assert np.array_equal(plan.permutation, wavealign.plan(dense, wave_size=2, skip="never").permutation)
+
+
+def test_strided_and_narrow_csr_arrays_read_in_place():
+    wide = np.zeros(10, np.int64)
+    wide[::2] = COL_IDX
+    plan = wavealign.plan((ROW_PTR.astype(np.int32), wide[::2]), heads=2, kv_blocks=4, wave_size=2, skip="never")
+    assert np.array_equal(plan.csr()[1], COL_IDX)
+
+
+def test_the_record_decoder_gives_the_host_message():
+    # GpuPlanOutputs.error as the host reads it back: the code first, then head, row, entry, value, bound.
+    record = np.zeros(10, np.int32)
+    assert wavealign._core.mask_error_message(record) is None
+    fields = np.zeros(1, np.dtype([("code", "<i4"), ("head", "<i4"), ("row", "<i4"), ("reserved", "<i4"),
+                                   ("entry", "<i8"), ("value", "<i8"), ("bound", "<i8")]))
+    assert fields.itemsize == wavealign._core.mask_error_bytes
+    fields[0] = (4, 1, 0, 0, 3, 4, 4)  # kColumnOutOfRange
+    assert wavealign._core.mask_error_message(fields.view(np.uint8)) == CSR_CASES[3][3]
+
+
+# ---- the launch tensors: one schedule layout, built in C++ ----------------------------------------------------
+
+def batch_schedule_oracle(permutation, batch, heads, head_order):
+    """make_batch_schedule written out: (b*heads + h, permutation[mask head, p]) batch-major."""
+    mask_heads, q_blocks = permutation.shape
+    items = []
+    for b in range(batch):
+        order = ([(h, p) for h in range(heads) for p in range(q_blocks)] if head_order == "sequential"
+                 else [(h, p) for p in range(q_blocks) for h in range(heads)])
+        for h, p in order:
+            mask_head = h if mask_heads == heads else b * heads + h
+            items.append((b * heads + h, permutation[mask_head, p]))
+    return np.array(items, np.int32)
+
+
+@pytest.mark.parametrize("head_order", ["sequential", "concurrent-heads"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_launch_arrays_follow_the_one_schedule_layout(rng, head_order, shared):
+    batch, heads, q_blocks = 3, 2, 11
+    mask = random_mask(rng, heads if shared else batch * heads, q_blocks, 9)
+    plan = wavealign.plan(mask, wave_size=4, skip="never", block_size=16)
+    row_ptr, col_idx, schedule = plan._launch_arrays(batch, heads, head_order)
+    assert np.array_equal(schedule, batch_schedule_oracle(plan.permutation, batch, heads, head_order))
+    assert np.array_equal(row_ptr, csr_of(mask)[0]) and np.array_equal(col_idx, csr_of(mask)[1])
+    assert np.array_equal(plan.schedule(head_order), batch_schedule_oracle(plan.permutation, 1, plan.heads, head_order))
+
+
+def test_the_schedule_binding_refuses_what_is_not_a_permutation():
+    permutation = np.array([[0, 1, 2], [2, 2, 0]], np.int32)
+    with pytest.raises(ValueError, match="invalid argument 'permutations': row 2 appears twice"):
+        wavealign._core.batch_schedule(permutation, 1, 2, "sequential")
+    with pytest.raises(ValueError, match="invalid argument 'mask_heads'"):
+        wavealign._core.batch_schedule(permutation[:1], 2, 3, "sequential")
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_a_dropped_plan_is_freed_at_once(rng, framework):
+    # No reference cycle between a plan and its handle or caches: memory comes back when the last reference
+    # goes, without waiting for the garbage collector. (A torch mask's plan used to hold a closure over
+    # itself in its device state, so every dropped plan waited for a collection: device memory rose over
+    # thousands of calls.)
+    import gc
+    import weakref
+
+    mask = random_mask(rng, 2, 12, 12)
+    if framework == "torch":
+        mask = pytest.importorskip("torch", reason="PyTorch is not installed").from_numpy(mask)
+    gc.disable()
+    try:
+        plan = wavealign.plan(mask, wave_size=4, skip="never")
+        plan.csr(), plan.schedule(), plan.permuted_mask(), plan.schedule("concurrent-heads")
+        dropped = weakref.ref(plan)
+        del plan
+        assert dropped() is None
+    finally:
+        gc.enable()
+
+
+def test_threads_planning_at_once_get_the_sequential_plans(rng):
+    from concurrent.futures import ThreadPoolExecutor
+
+    masks = [random_mask(rng, 2, 40, 40, density=0.1 + 0.05 * k) for k in range(8)]
+    expected = [wavealign.plan(m, wave_size=8, skip="never").permutation for m in masks]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda m: wavealign.plan(m, wave_size=8, skip="never", threads=1).permutation, masks * 3))
+    for k, permutation in enumerate(got):
+        assert np.array_equal(permutation, expected[k % len(masks)])
+
+
+def test_derived_launch_tensors_are_cached_within_a_bound(rng):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    mask = torch.from_numpy(random_mask(rng, 2, 9, 9))
+    plan = wavealign.plan(mask, wave_size=4, skip="never", block_size=16)
+    cpu = torch.device("cpu")
+    for batch in range(1, 21):
+        row_ptr, col_idx, schedule, error = plan._launch_tensors(cpu, batch, 2, "concurrent-heads")
+        assert error is None and len(plan._cache) <= 8
+        assert np.array_equal(schedule.numpy(),
+                              batch_schedule_oracle(plan.permutation.numpy(), batch, 2, "concurrent-heads"))
+    assert plan._launch_tensors(cpu, 20, 2, "concurrent-heads")[2] is schedule  # kept: the same tensor
+    with pytest.raises(ValueError, match="invalid argument 'plan'"):
+        plan._launch_tensors(cpu, 2, 3, "sequential")  # neither 3 nor 2*3 mask heads

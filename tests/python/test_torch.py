@@ -61,9 +61,9 @@ def test_custom_ops_are_registered_with_consistent_fake_kernels(rng):
     wavealign.ops.register()
     plan = wavealign.plan(random_mask(rng, 2, 4, 4), wave_size=2, skip="never", block_size=8)
     x = torch.randn(2, 30, 8)
-    state = plan._state(x.device)
-    torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (x, state.permutation, 8))
-    torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (torch.randn(2, 32, 8), state.inverse, 8, 30))
+    permutation, inverse = plan._tensors(x.device)
+    torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (x, permutation, 8))
+    torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (torch.randn(2, 32, 8), inverse, 8, 30))
     for batch in (1, 3):
         q, k, v = (torch.randn(batch, 2, 32, 8) for _ in range(3))
         row_ptr, col_idx, schedule, error = plan._launch_tensors(q.device, batch, 2, "sequential")
@@ -105,7 +105,7 @@ def test_flex_masks_with_full_blocks_and_mask_mod(rng):
     dense = block_mask.to_dense()[0].bool().numpy()
     assert np.array_equal(plan.permuted_mask().to_dense()[0].bool().numpy(),
                           np.stack([dense[h][plan.permutation[h].numpy()] for h in range(2)]))
-    assert plan._handle.mask.nnz == int(dense.sum())
+    assert int(plan.csr()[0][-1]) == int(dense.sum())
 
 
 def test_module_caches_plans_by_identity_version_or_key(rng):
@@ -157,32 +157,6 @@ def test_expanded_mask_oracle_matches_sdpa_on_cpu(rng):
     assert torch.allclose(wavealign.sparse_attention(q, k, v, plan), expected, atol=1e-5)
 
 
-def test_device_side_helpers_of_the_gpu_plan_match_the_host_ones(rng):
-    # The GPU plan's schedules and mask rebuilds are plain torch ops: checked here on CPU tensors against the
-    # host layouts they replace (the GPU plan itself runs in test_gpu.py).
-    from wavealign import _gpu_plan, _plan
-
-    batch, heads, q_blocks = 2, 3, 10
-    mask = random_mask(rng, batch * heads, q_blocks, 12)
-    for mask_heads in (heads, batch * heads):
-        plan = wavealign.plan(mask[:mask_heads], wave_size=4, skip="never")
-        for head_order in ("sequential", "concurrent-heads"):
-            device = _plan._device_batch_schedule(torch, torch.from_numpy(plan.permutation), batch, heads,
-                                                  head_order)
-            assert np.array_equal(device.numpy(), plan._batch_schedule_host(batch, heads, head_order))
-
-    row_ptr, col_idx = csr_of(mask)
-    dense = _gpu_plan.dense_from_csr(torch, torch.from_numpy(row_ptr), torch.from_numpy(col_idx), batch * heads, 12)
-    assert np.array_equal(dense.numpy(), mask)
-    rows = _plan._csr_of_rows(torch, torch.from_numpy(mask).view(-1, 12))
-    assert np.array_equal(rows[0].numpy(), row_ptr) and np.array_equal(rows[1].numpy(), col_idx)
-    counts = torch.from_numpy(mask.sum(-1).astype(np.int32))
-    indices = torch.from_numpy(np.argsort(~mask, axis=-1, kind="stable").astype(np.int32))
-    first = torch.from_numpy(np.minimum(mask.sum(-1), 1).astype(np.int32))  # a "full" pair: each row's first block
-    pairs = [(counts, indices), (first, indices)]  # entries past a row's count are unkept columns: ignored
-    assert np.array_equal(_gpu_plan.dense_from_flex(torch, pairs, 12).numpy(), mask)
-
-
 def test_a_batch_runs_in_one_call_with_shared_and_per_batch_masks(rng, monkeypatch):
     batch, heads, length, dim, block = 3, 2, 120, 16, 16  # 8 query blocks, the last one partial
     q, k, v = (rng.standard_normal((batch, heads, length, dim)).astype(np.float32) for _ in range(3))
@@ -230,17 +204,17 @@ def test_inputs_that_require_grad_are_refused_up_front(rng):
     with pytest.raises(ValueError, match="invalid argument 'o': requires grad"):
         plan.unpermute_rows(torch.randn(2, 32, 8, requires_grad=True))
     # The ops called directly refuse it too, before returning anything that would record a backward.
-    state = plan._state(x.device)
+    permutation, inverse = plan._tensors(x.device)
     with pytest.raises(ValueError, match="invalid argument 'x': requires grad"):
-        torch.ops.wavealign.permute_rows(x, state.permutation, 8)
+        torch.ops.wavealign.permute_rows(x, permutation, 8)
     with pytest.raises(ValueError, match="invalid argument 'x': requires grad"):
-        torch.ops.wavealign.unpermute_rows(torch.randn(2, 32, 8, requires_grad=True), state.inverse, 8, 30)
+        torch.ops.wavealign.unpermute_rows(torch.randn(2, 32, 8, requires_grad=True), inverse, 8, 30)
     launch = plan._launch_tensors(x.device, 1, 2, "sequential")
     with pytest.raises(ValueError, match="invalid argument 'v': requires grad"):
         torch.ops.wavealign.sparse_attention(inputs[0], inputs[1], inputs[2].clone().requires_grad_(), *launch, 8, 8,
                                              0.3, "ascending", "auto")
     with torch.no_grad():
-        torch.ops.wavealign.permute_rows(x, state.permutation, 8)
+        torch.ops.wavealign.permute_rows(x, permutation, 8)
 
 
 def test_plan_tensors_are_trusted_until_written_in_place(rng):
@@ -377,3 +351,20 @@ def test_cuda_ops_check_untrusted_permutations_and_schedules_on_the_device(rng):
     o, lse = torch.ops.wavealign.sparse_attention(x, x, x, row_ptr, col_idx, schedule, torch.ones(1, dtype=torch.int32,
                                                   device="cuda"), 128, 128, 0.1, "ascending", "auto")
     assert o.isnan().all() and lse.isnan().all()  # the invalid-mask record: the kernel computes nothing
+
+
+@pytest.mark.parametrize("source", ["dense", "flex"])
+def test_eager_flex_attention_on_the_plugin_mask_keeps_only_the_plan_blocks(rng, source):
+    # torch's eager flex_attention evaluates mask_mod over the whole score matrix and ignores the block lists:
+    # the plug-in BlockMask's mask_mod must itself keep only the listed blocks, or eager runs dense attention.
+    from torch.nn.attention.flex_attention import flex_attention
+
+    mask = random_mask(rng, 2, 6, 6, density=0.3)
+    plan = wavealign.plan(mask if source == "dense" else flex_block_mask(mask, 16, 96), wave_size=2,
+                          skip="never", block_size=16)
+    q, k, v = (torch.randn(1, 2, 96, 32, dtype=torch.float64) for _ in range(3))
+    out = plan.unpermute_rows(flex_attention(plan.permute_rows(q), k, v, block_mask=wavealign.flex.block_mask(plan, 96)),
+                              seq_len=96)
+    expected, _ = dense_attention(q[0].numpy(), k[0].numpy(), v[0].numpy(), expand_mask(mask, 96, 16, 16),
+                                  32 ** -0.5)
+    assert np.abs(out[0].numpy() - expected).max() < 1e-10

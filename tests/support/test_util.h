@@ -1,4 +1,5 @@
-// Helpers shared by the C++ test files: temporary files, argument-error expectations, random permutations.
+// Helpers shared by the C++ test files: temporary files, argument-error expectations, random permutations, plan
+// configs.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "wavealign/error.h"
+#include "wavealign/plan.h"
 
 namespace wavealign::test_support {
 
@@ -56,6 +58,15 @@ inline std::vector<int32_t> random_permutations(int heads, int q_blocks, uint64_
     std::shuffle(first, first + q_blocks, rng);
   }
   return permutations;
+}
+
+/// A plan config for `order` at wave size `wave_size` that never skips.
+inline PlanConfig config_for(Order order, int wave_size) {
+  PlanConfig config;
+  config.order = order;
+  config.wave_size = wave_size;
+  config.skip = SkipPolicy::kNever;
+  return config;
 }
 
 }  // namespace wavealign::test_support

@@ -96,7 +96,9 @@ Runner add_reorder(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--out", options->out, "output .npy: int32 [H,MB], position p runs row perm[p]")->required();
-  command->add_option("--order", options->order, "original, s1, s2, wavealign or shuffled")->capture_default_str();
+  command->add_option("--order", options->order,
+                      "original, s1, s2, wavealign, shuffled or a further order (docs/reordering.md)")
+      ->capture_default_str();
   command->add_option("--gpu", options->gpu, "GPU preset of the wave size and the skip profile: h100, h200, a40")
       ->capture_default_str();
   add_wave_size_option(*command, options->wave_size);

@@ -505,7 +505,8 @@ Runner add_simulate(CLI::App& app) {
       "simulate", "plan a workload in several row orders and predict L2 hit ratio and HBM traffic of each");
   add_workload_options(*command, options->workload);
   command->add_option("--gpu", options->gpu, "GPU preset: h100, h200, a40")->capture_default_str();
-  command->add_option("--orders", options->orders, "comma-separated: original,s1,s2,wavealign,shuffled")
+  command->add_option("--orders", options->orders,
+                      "comma-separated: original,s1,s2,wavealign,shuffled or further orders (docs/reordering.md)")
       ->capture_default_str();
   add_wave_size_option(*command, options->wave_size);
   add_iterations_option(*command, options->iterations);

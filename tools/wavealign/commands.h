@@ -15,5 +15,7 @@ Runner add_reorder(CLI::App& app);
 Runner add_viz(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_skip(CLI::App& app);
+Runner add_mask(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace wavealign::cli

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, wavealign::cli::Runner>> commands;
   for (auto add : {wavealign::cli::add_simulate, wavealign::cli::add_reorder, wavealign::cli::add_viz,
-                   wavealign::cli::add_generate, wavealign::cli::add_skip}) {
+                   wavealign::cli::add_generate, wavealign::cli::add_skip, wavealign::cli::add_mask,
+                   wavealign::cli::add_bench}) {
     auto runner = add(app);
     commands.emplace_back(app.get_subcommands({}).back(), std::move(runner));
   }

@@ -65,19 +65,49 @@ struct OnlineSoftmax {
   /// Folds one tile of raw scores into the running state and overwrites them with exp2-probabilities
   /// relative to the new max. factor[h] is what the O rows accumulated so far must be multiplied by.
   /// A row whose scores are all -inf so far keeps max -inf, probabilities 0 and factor 0 (never NaN).
-  template <int kCols, class Frag>
+  ///
+  /// kExactFactor: factor = exp2((old max - new max) * scale_log2), exactly 1 whenever the max did not move
+  /// (the difference is 0). The default exp2(old max * scale_log2 - new max * scale_log2) compiles into one
+  /// FFMA whose unrounded product leaves the rounding error of new max * scale_log2 behind (up to 2^-22 when
+  /// that product is ~5), so the factor of an unchanged max is 1 only by chance.
+  ///
+  /// kMaxChains: the row max runs as that many independent fmaxf chains over the thread's column slots,
+  /// combined at the end (a shorter dependency chain; max is exact, so the result is the same bits).
+  template <int kCols, bool kExactFactor = false, int kMaxChains = 1, class Frag>
   __device__ __forceinline__ void update(Frag& frag, float scale_log2, float (&factor)[2]) {
     constexpr int kSlots = kCols / 4;  // column slots per row held by one thread
+    static_assert(kMaxChains >= 1 && (kMaxChains & (kMaxChains - 1)) == 0 && kSlots % kMaxChains == 0,
+                  "a power-of-two number of chains that split the column slots evenly");
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = row_max[h];
+      if constexpr (kMaxChains == 1) {
 #pragma unroll
-      for (int j = 0; j < kSlots; ++j) tile_max = fmaxf(tile_max, frag(frag_index(h, j)));
+        for (int j = 0; j < kSlots; ++j) tile_max = fmaxf(tile_max, frag(frag_index(h, j)));
+      } else {
+        float chain[kMaxChains];
+#pragma unroll
+        for (int c = 0; c < kMaxChains; ++c) chain[c] = frag(frag_index(h, c));
+#pragma unroll
+        for (int j = kMaxChains; j < kSlots; ++j) {
+          chain[j % kMaxChains] = fmaxf(chain[j % kMaxChains], frag(frag_index(h, j)));
+        }
+#pragma unroll
+        for (int width = kMaxChains / 2; width > 0; width /= 2) {
+#pragma unroll
+          for (int c = 0; c < width; ++c) chain[c] = fmaxf(chain[c], chain[c + width]);
+        }
+        tile_max = fmaxf(tile_max, chain[0]);
+      }
       tile_max = quad_max(tile_max);
       // exp2(s * scale_log2 - max_scaled) is one FFMA + EX2; a -inf max is replaced by 0 so that
       // (-inf) - (-inf) never occurs.
       const float max_scaled = tile_max == -INFINITY ? 0.f : tile_max * scale_log2;
-      factor[h] = fast_exp2(row_max[h] * scale_log2 - max_scaled);
+      if constexpr (kExactFactor) {
+        factor[h] = fast_exp2((row_max[h] - (tile_max == -INFINITY ? 0.f : tile_max)) * scale_log2);
+      } else {
+        factor[h] = fast_exp2(row_max[h] * scale_log2 - max_scaled);
+      }
       row_max[h] = tile_max;
       float sum = 0.f;
 #pragma unroll

@@ -1,8 +1,9 @@
-// The permuted mask as CSR (permuted_mask(mask, plan).to_csr() on the device), for callers that run their own
-// block-sparse kernel on the permuted rows: per permuted row the NNZ of its original row, one CUB scan of
-// those counts into the row pointers, then one warp per row writes the row's set bits in ascending order from
-// the bit-packed rows. This file holds the plan's second CUB instantiation (an int64 inclusive sum); the
-// sort's is in sort.cu.
+// The mask as CSR from its bit-packed rows, in plan order (permuted_mask(mask, plan).to_csr() on the device,
+// for callers that run their own block-sparse kernel on the permuted rows) or in the original order (the CSR
+// that the attention kernel reads, for dense and FlexAttention inputs): per output row the NNZ of its source
+// row, one CUB scan of those counts into the row pointers, then one warp per row writes the row's set bits in
+// ascending order. An invalid mask gives the empty CSR. This file holds the plan's second CUB instantiation
+// (an int64 inclusive sum); the sort's is in sort.cu.
 #include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
@@ -16,16 +17,22 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * 32;
 
-// counts[item] = NNZ of the original row that permuted row `item` runs; thread 0 also writes row_ptr[0], so
-// that the scan into row_ptr + 1 completes the pointers.
+__device__ bool is_invalid(const MaskError* error) { return error != nullptr && error->code != 0; }
+
+// The original row that output row `item` holds (permutations null: the row itself).
+__device__ int64_t source_row(const int32_t* permutations, int64_t item, int q_blocks) {
+  return permutations ? item - item % q_blocks + permutations[item] : item;
+}
+
+// counts[item] = NNZ of the original row that output row `item` holds (0 for an invalid mask); thread 0 also
+// writes row_ptr[0], so that the scan into row_ptr + 1 completes the pointers.
 __global__ void permuted_counts_kernel(const int32_t* __restrict__ permutations, const int32_t* __restrict__ row_nnz,
-                                       int64_t rows, int q_blocks, int64_t* __restrict__ counts,
-                                       int64_t* __restrict__ row_ptr) {
+                                       const MaskError* __restrict__ error, int64_t rows, int q_blocks,
+                                       int64_t* __restrict__ counts, int64_t* __restrict__ row_ptr) {
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item == 0) row_ptr[0] = 0;
   if (item >= rows) return;
-  const int64_t head_first = item - item % q_blocks;
-  counts[item] = row_nnz[head_first + permutations[item]];
+  counts[item] = is_invalid(error) ? 0 : row_nnz[source_row(permutations, item, q_blocks)];
 }
 
 // One warp per permuted row. Lane k loads word base + k of the original row; a warp scan of the words'
@@ -35,14 +42,15 @@ __global__ void permuted_counts_kernel(const int32_t* __restrict__ permutations,
 // (coalesced: 18 entries per word at density 0.28). Slots at or past `capacity` are skipped; the warp stops
 // as soon as its next slot reaches it.
 __global__ void permuted_columns_kernel(const int32_t* __restrict__ permutations, const uint64_t* __restrict__ bits,
-                                        const int64_t* __restrict__ row_ptr, int64_t rows, int q_blocks,
-                                        int row_words, int64_t capacity, int32_t* __restrict__ col_idx) {
+                                        const int64_t* __restrict__ row_ptr, const MaskError* __restrict__ error,
+                                        int64_t rows, int q_blocks, int row_words, int64_t capacity,
+                                        int32_t* __restrict__ col_idx) {
   const int lane = threadIdx.x & 31;
   const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (item >= rows) return;
+  if (item >= rows || is_invalid(error)) return;
   int64_t next = row_ptr[item];  // warp-uniform from here on
   if (next >= capacity) return;
-  const int64_t source = item - item % q_blocks + permutations[item];
+  const int64_t source = source_row(permutations, item, q_blocks);
   const uint64_t* words = bits + source * row_words;
   const uint32_t below = (1u << lane) - 1u;  // the lanes under this one
   for (int base = 0; base < row_words; base += 32) {
@@ -108,7 +116,8 @@ void launch_permuted_csr(const PlanShape& shape, const PermutedCsrBuffers& buffe
     return;
   }
   permuted_counts_kernel<<<blocks_for_items(shape.rows(), 256), 256, 0, stream>>>(
-      buffers.permutations, buffers.row_nnz, shape.rows(), shape.q_blocks, buffers.counts, buffers.row_ptr);
+      buffers.permutations, buffers.row_nnz, buffers.error, shape.rows(), shape.q_blocks, buffers.counts,
+      buffers.row_ptr);
   WA_CUDA_CHECK(cudaGetLastError());
   size_t temp_bytes = buffers.scan_temp_bytes;  // CUB takes the size by reference
   WA_CUDA_CHECK(cub::DeviceScan::InclusiveSum(buffers.scan_temp, temp_bytes,
@@ -116,8 +125,8 @@ void launch_permuted_csr(const PlanShape& shape, const PermutedCsrBuffers& buffe
                                               int(shape.rows()), stream));
   if (shape.row_words == 0) return;  // no KV blocks: every row is empty
   permuted_columns_kernel<<<blocks_for_items(shape.rows(), kWarpsPerBlock), kThreads, 0, stream>>>(
-      buffers.permutations, buffers.bits, buffers.row_ptr, shape.rows(), shape.q_blocks, shape.row_words,
-      buffers.capacity, buffers.col_idx);
+      buffers.permutations, buffers.bits, buffers.row_ptr, buffers.error, shape.rows(), shape.q_blocks,
+      shape.row_words, buffers.capacity, buffers.col_idx);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 

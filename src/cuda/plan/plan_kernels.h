@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/schedule_layout.h"
 #include "wavealign/gpu_plan.h"
 
 namespace wavealign::cuda::plan {
@@ -24,10 +25,13 @@ struct PlanShape {
 };
 
 /// Byte offsets into the workspace, each 256-aligned. `start` and `profile` come first and survive plan()
-/// calls (prepare() writes them).
+/// calls (prepare() writes them): they are the prepared part, [0, prepared). Every offset from `bits` on lies
+/// in the scratch part, which a call may hold in a buffer of its own (at offset - prepared there).
 struct WorkspaceLayout {
   size_t start = 0;        // double2 [H*MB]: Gaussian start block of Stage 1
   size_t profile = 0;      // double [skip_profile_grid_size(T, D)]: the skip profile's grid (kAuto with a profile)
+  size_t prepared = 0;     // bytes of the prepared part: the offset where the scratch part begins
+  size_t error_key = 0;    // uint64: smallest scan key of a broken ingest rule (core/ingest_rules.h)
   size_t bits = 0;         // uint64 [H*MB*row_words]
   size_t bits_t = 0;       // uint64 [H*NB*col_words] (Stage 1 only)
   size_t col_count = 0;    // double [H*NB]
@@ -63,12 +67,30 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
                                  size_t profile_values);
 
 // ---- bitpack.cu ----
-void launch_pack_dense(const PlanShape& shape, const uint8_t* dense, uint64_t* bits, cudaStream_t stream);
-void launch_pack_csr(const PlanShape& shape, const int64_t* row_ptr, const int32_t* col_idx, uint64_t* bits,
-                     cudaStream_t stream);
+// The packers read the views of ingest.h with any strides. The CSR and Flex packers also check their entries
+// by ingest's rules and lower *error_key to the scan key of each violation they find (atomicMin); whatever the
+// values, they read only inside the arrays (CSR row ranges clamped to [0, nnz], Flex counts to [0, width]).
+void launch_pack_dense(const PlanShape& shape, const DenseMaskView& mask, uint64_t* bits, cudaStream_t stream);
+/// Also checks col_idx (range, ascending); row_ptr's rules are validate.cu's.
+void launch_pack_csr(const PlanShape& shape, const CsrMaskView& mask, uint64_t* bits,
+                     unsigned long long* error_key, cudaStream_t stream);
+/// Both pairs into one row: counts, ranges and blocks listed twice (within or across the pairs).
+void launch_pack_flex(const PlanShape& shape, const FlexMaskView& mask, uint64_t* bits,
+                      unsigned long long* error_key, cudaStream_t stream);
 /// bits_t = per-head transpose of bits; col_count[h*NB+j] = popcount of column j.
 void launch_transpose(const PlanShape& shape, const uint64_t* bits, uint64_t* bits_t, double* col_count,
                       cudaStream_t stream);
+
+// ---- validate.cu ----
+/// *error_key = kNoViolation (a memset: the start of every validated plan).
+void launch_reset_error_key(unsigned long long* error_key, cudaStream_t stream);
+/// row_ptr's rules (start, non-decreasing, end = nnz), lowering *error_key like the packers.
+void launch_validate_row_ptr(const CsrMaskView& mask, unsigned long long* error_key, cudaStream_t stream);
+/// *error = the record of the smallest key (csr_error_at / flex_error_at, as on the host), or all zero.
+void launch_mask_error(const CsrMaskView& mask, const unsigned long long* error_key, MaskError* error,
+                       cudaStream_t stream);
+void launch_mask_error(const FlexMaskView& mask, const unsigned long long* error_key, MaskError* error,
+                       cudaStream_t stream);
 
 // ---- stats.cu ----
 struct StatsParams {
@@ -138,13 +160,18 @@ void launch_wave_sort(const PlanShape& shape, const int32_t* order_in, const int
                       cudaStream_t stream);
 /// make_plan's seeded Fisher-Yates shuffle of every head.
 void launch_shuffle(const PlanShape& shape, uint64_t seed, int32_t* order_out, cudaStream_t stream);
-/// Final permutation (identity for skipped heads or a null order), inverse and schedule.
-void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip,
+/// Final permutation (identity for skipped heads, a null order or an invalid mask: `error` set with a nonzero
+/// code), inverse and schedule (core/schedule_layout.h).
+void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip, const MaskError* error,
                      const GpuPlanOutputs& outputs, cudaStream_t stream);
+/// write_batch_schedule's kernel.
+void launch_batch_schedule(const ScheduleShape& shape, const int32_t* permutations, ScheduleItem* schedule,
+                           cudaStream_t stream);
 
 // ---- permuted_csr.cu ----
 struct PermutedCsrBuffers {
-  const int32_t* permutations;  // the assembled permutation (GpuPlanOutputs::permutations)
+  const int32_t* permutations;  // the assembled permutation (GpuPlanOutputs::permutations); null = the original order
+  const MaskError* error;       // may be null; a nonzero code writes the empty CSR (every row_ptr entry 0)
   const int32_t* row_nnz;       // int32 [H*MB], original order (stats)
   const uint64_t* bits;         // the bit-packed rows, padding bits zero
   int64_t* counts;              // workspace: int64 [H*MB]
@@ -159,8 +186,9 @@ struct PermutedCsrBuffers {
 size_t scan_temp_bound(const PlanShape& shape);
 /// CUB's own size for that scan (needs a device); prepare() checks it against scan_temp_bound().
 size_t scan_temp_bytes(const PlanShape& shape);
-/// permuted_mask(mask, plan).to_csr() from the assembled permutation: exact row pointers, at most `capacity`
-/// column indices. Rows are global over the heads; with no rows only row_ptr[0] = 0 is written.
+/// permuted_mask(mask, plan).to_csr() from the assembled permutation (the original CSR when it is null): exact
+/// row pointers, at most `capacity` column indices. Rows are global over the heads; with no rows only
+/// row_ptr[0] = 0 is written.
 void launch_permuted_csr(const PlanShape& shape, const PermutedCsrBuffers& buffers, cudaStream_t stream);
 
 }  // namespace wavealign::cuda::plan

@@ -1,11 +1,14 @@
 // GpuPlanner: host-side validation, the workspace layout, the one-time setup, the plan cache, and the
-// sequence of stage launches on one stream. Host code only; the kernels live in the other files of this
-// folder. Nothing here reads the mask or waits for the device in plan().
+// sequence of stage launches on one stream; the batch schedules of finished plans. Host code only; the
+// kernels live in the other files of this folder. Nothing here reads the mask or waits for the device in
+// plan().
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <mutex>
+#include <variant>
 #include <vector>
 
 #include "core/random.h"
@@ -38,6 +41,8 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
   const size_t stage1_rows = stage1 ? rows : 0, stage1_columns = stage1 ? columns : 0;
   layout.start = take(stage1_rows * 16);
   layout.profile = take(profile_values * 8);
+  layout.prepared = cursor;
+  layout.error_key = take(8);
   layout.bits = take(rows * size_t(shape.row_words) * 8);
   layout.bits_t = take(stage1_columns * size_t(shape.col_words) * 8);
   layout.col_count = take(stage1_columns * 8);
@@ -77,9 +82,10 @@ constexpr int kStaticSharedReserve = 2048;        // the product kernel's static
 
 bool same_outputs(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
   return a.permutations == b.permutations && a.inverses == b.inverses && a.schedule == b.schedule &&
-         a.head_order == b.head_order && a.stats == b.stats && a.skip == b.skip &&
-         a.permuted_row_ptr == b.permuted_row_ptr && a.permuted_col_idx == b.permuted_col_idx &&
-         a.permuted_col_capacity == b.permuted_col_capacity;
+         a.head_order == b.head_order && a.stats == b.stats && a.skip == b.skip && a.error == b.error &&
+         a.csr_row_ptr == b.csr_row_ptr && a.csr_col_idx == b.csr_col_idx &&
+         a.csr_col_capacity == b.csr_col_capacity && a.permuted_row_ptr == b.permuted_row_ptr &&
+         a.permuted_col_idx == b.permuted_col_idx && a.permuted_col_capacity == b.permuted_col_capacity;
 }
 
 // True when a call writing `b` overwrites a buffer of `a`: the plan cached for `a` is then gone (one permuted
@@ -87,8 +93,21 @@ bool same_outputs(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
 bool shares_a_buffer(const GpuPlanOutputs& a, const GpuPlanOutputs& b) {
   auto same = [](const void* x, const void* y) { return x != nullptr && x == y; };
   return same(a.permutations, b.permutations) || same(a.inverses, b.inverses) || same(a.schedule, b.schedule) ||
-         same(a.stats, b.stats) || same(a.skip, b.skip) || same(a.permuted_row_ptr, b.permuted_row_ptr) ||
-         same(a.permuted_col_idx, b.permuted_col_idx);
+         same(a.stats, b.stats) || same(a.skip, b.skip) || same(a.error, b.error) ||
+         same(a.csr_row_ptr, b.csr_row_ptr) || same(a.csr_col_idx, b.csr_col_idx) ||
+         same(a.permuted_row_ptr, b.permuted_row_ptr) || same(a.permuted_col_idx, b.permuted_col_idx);
+}
+
+// Checks one optional CSR output (both pointers or neither, a positive capacity).
+void check_csr_output(const void* row_ptr, const void* col_idx, int64_t capacity, const char* row_ptr_name,
+                      const char* col_idx_name, const char* capacity_name) {
+  WA_CHECK_ARG(row_ptr != nullptr || col_idx == nullptr, row_ptr_name, "is null while ", col_idx_name,
+               " is set; the CSR needs both (or neither)");
+  WA_CHECK_ARG(col_idx != nullptr || row_ptr == nullptr, col_idx_name, "is null while ", row_ptr_name,
+               " is set; the CSR needs both (or neither)");
+  if (row_ptr)
+    WA_CHECK_ARG(capacity > 0, capacity_name, "must be > 0 (entries available in ", col_idx_name,
+                 ", at least the mask's nnz), got ", capacity);
 }
 
 plan::PlanShape shape_of(int heads, int q_blocks, int kv_blocks, int wave_size, int stats_wave) {
@@ -114,6 +133,8 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
   WA_CHECK_ARG(int64_t(heads) * q_blocks <= INT_MAX, "q_blocks", "heads x q_blocks = ", int64_t(heads) * q_blocks,
                " exceeds the int32 row index of the plan");
   check_plan_config(config);  // make_plan's checks; config.threads is not used here
+  WA_CHECK_ARG(order_has_gpu_plan(config.order), "order", "'", to_string(config.order),
+               "' has no GPU plan: plan it on the CPU (make_plan, or plan(..., planner='cpu') in Python)");
   const SkipModel& model = config.skip_model;
   wave_size_ = config.wave_size > 0 ? config.wave_size : gpu_model(config.gpu).slots();
   tokens_ = config.tokens > 0 ? config.tokens : int64_t(q_blocks) * model.kv_block;
@@ -129,14 +150,26 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
   }
 }
 
-size_t GpuPlanner::workspace_bytes() const {
+size_t GpuPlanner::layout_total(bool scratch_part) const {
   const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, 1);
-  if (!sort_temp_known_ && plan::needs_stage1(config_.order)) {
-    sort_temp_bytes_ = plan::sort_temp_bytes(shape);
-    sort_temp_known_ = true;
+  size_t sort_bytes = 0;
+  if (plan::needs_stage1(config_.order)) {
+    const std::lock_guard<std::mutex> lock(*mutex_);
+    if (!sort_temp_known_) {
+      sort_temp_bytes_ = plan::sort_temp_bytes(shape);
+      sort_temp_known_ = true;
+    }
+    sort_bytes = sort_temp_bytes_;
   }
-  return plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size()).total;
+  const plan::WorkspaceLayout layout = plan::workspace_layout(shape, config_.order, sort_bytes, profile_grid_.size());
+  return scratch_part ? layout.total - layout.prepared : layout.total;
 }
+
+size_t GpuPlanner::workspace_bytes() const { return layout_total(false); }
+
+size_t GpuPlanner::scratch_bytes() const { return layout_total(true); }
+
+size_t GpuPlanner::prepared_bytes() const { return workspace_bytes() - scratch_bytes(); }
 
 size_t plan_workspace_bytes(int heads, int q_blocks, int kv_blocks, const PlanConfig& config) {
   return GpuPlanner(heads, q_blocks, kv_blocks, config).workspace_bytes();
@@ -144,8 +177,8 @@ size_t plan_workspace_bytes(int heads, int q_blocks, int kv_blocks, const PlanCo
 
 void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
   WA_CHECK_ARG(workspace != nullptr, "workspace", "is null");
-  const size_t needed = workspace_bytes();
-  WA_CHECK_ARG(bytes >= needed, "workspace", "has ", bytes, " bytes, the plan needs ", needed);
+  const size_t needed = prepared_bytes();
+  WA_CHECK_ARG(bytes >= needed, "workspace", "has ", bytes, " bytes, the prepared part needs ", needed);
   int device = 0, optin = 0;
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -153,7 +186,7 @@ void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
   const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, 1);
   const plan::WorkspaceLayout layout =
       plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size());
-  // The scan's storage is reserved from a bound (no device needed in workspace_bytes()); CUB's own figure is
+  // The scans' storage is reserved from a bound (no device needed in workspace_bytes()); CUB's own figure is
   // only known here.
   const size_t scan_bytes = plan::scan_temp_bytes(shape);
   WA_CHECK(scan_bytes <= layout.scan_temp_bytes, "the permuted CSR's scan needs ", scan_bytes,
@@ -183,45 +216,40 @@ void GpuPlanner::prepare(void* workspace, size_t bytes, Stream stream) {
                                   cudaMemcpyHostToDevice, stream));
   WA_CUDA_CHECK(cudaStreamSynchronize(stream));
   prepared_workspace_ = workspace;
+  prepared_workspace_bytes_ = bytes;
 }
 
-void GpuPlanner::check_call(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* workspace) const {
-  WA_CHECK_ARG(mask.heads == heads_ && mask.q_blocks == q_blocks_ && mask.kv_blocks == kv_blocks_, "mask",
-               "is ", mask.heads, "x", mask.q_blocks, "x", mask.kv_blocks, ", the planner was set up for ", heads_,
-               "x", q_blocks_, "x", kv_blocks_);
-  const bool empty = int64_t(heads_) * q_blocks_ == 0;
-  if (!empty) {
-    const bool csr = mask.row_ptr != nullptr || mask.col_idx != nullptr;
-    WA_CHECK_ARG(!(mask.dense != nullptr && csr), "mask", "sets both the dense and the CSR form; pass one");
-    WA_CHECK_ARG(mask.dense != nullptr || csr, "mask", "sets neither the dense nor the CSR form");
-    if (csr) {
-      WA_CHECK_ARG(mask.row_ptr != nullptr, "row_ptr", "is null while col_idx is set");
-      WA_CHECK_ARG(mask.col_idx != nullptr, "col_idx", "is null while row_ptr is set");
-    }
+void GpuPlanner::check_call(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* prepared) const {
+  const MaskShape shape = mask_shape(mask);
+  WA_CHECK_ARG(shape.heads == heads_ && shape.q_blocks == q_blocks_ && shape.kv_blocks == kv_blocks_, "mask", "is ",
+               shape.heads, "x", shape.q_blocks, "x", shape.kv_blocks, ", the planner was set up for ", heads_, "x",
+               q_blocks_, "x", kv_blocks_);
+  check_mask_shape(mask);  // array sizes and null pointers; the values are the device's to check
+  if (int64_t(heads_) * q_blocks_ > 0)
     WA_CHECK_ARG(outputs.permutations != nullptr, "permutations", "is null (the permutation output is required)");
-  }
-  const bool row_ptr_set = outputs.permuted_row_ptr != nullptr, col_idx_set = outputs.permuted_col_idx != nullptr;
-  WA_CHECK_ARG(row_ptr_set || !col_idx_set, "permuted_row_ptr",
-               "is null while permuted_col_idx is set; the permuted CSR needs both (or neither)");
-  WA_CHECK_ARG(col_idx_set || !row_ptr_set, "permuted_col_idx",
-               "is null while permuted_row_ptr is set; the permuted CSR needs both (or neither)");
-  if (row_ptr_set)
-    WA_CHECK_ARG(outputs.permuted_col_capacity > 0, "permuted_col_capacity",
-                 "must be > 0 (entries available in permuted_col_idx, at least the mask's nnz), got ",
-                 outputs.permuted_col_capacity);
-  WA_CHECK_ARG(workspace != nullptr, "workspace", "is null");
-  WA_CHECK_ARG(workspace == prepared_workspace_, "workspace",
+  WA_CHECK_ARG(outputs.error != nullptr || std::holds_alternative<DenseMaskView>(mask), "error",
+               "is null; a CSR or FlexAttention mask is validated on the device, which writes the error record");
+  check_csr_output(outputs.csr_row_ptr, outputs.csr_col_idx, outputs.csr_col_capacity, "csr_row_ptr", "csr_col_idx",
+                   "csr_col_capacity");
+  check_csr_output(outputs.permuted_row_ptr, outputs.permuted_col_idx, outputs.permuted_col_capacity,
+                   "permuted_row_ptr", "permuted_col_idx", "permuted_col_capacity");
+  WA_CHECK_ARG(prepared != nullptr, "workspace", "is null");
+  WA_CHECK_ARG(prepared == prepared_workspace_, "workspace",
                "was not set up by prepare(); call prepare(workspace, bytes, stream) once before plan()");
 }
 
-void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
-                         void* const* events) const {
+void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* prepared, void* scratch,
+                         Stream stream, void* const* events) const {
   const GpuModel gpu = gpu_model(config_.gpu);
   const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, gpu.slots());
   const plan::WorkspaceLayout layout =
       plan::workspace_layout(shape, config_.order, sort_temp_bytes_, profile_grid_.size());
-  char* base = static_cast<char*>(workspace);
-  auto at = [&](size_t offset) { return static_cast<void*>(base + offset); };
+  // Regions of the prepared part are read only (the kernels take them as const); the scratch part starts at
+  // layout.prepared.
+  auto at = [&](size_t offset) {
+    return offset < layout.prepared ? const_cast<void*>(static_cast<const void*>(static_cast<const char*>(prepared) + offset))
+                                    : static_cast<void*>(static_cast<char*>(scratch) + (offset - layout.prepared));
+  };
   auto mark = [&](int k) {
     if (events) WA_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events[k]), stream));
   };
@@ -232,10 +260,21 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
   const bool reorder = config_.skip != SkipPolicy::kAlways && config_.order != Order::kOriginal;
 
   mark(0);
-  if (mask.dense)
-    plan::launch_pack_dense(shape, mask.dense, bits, stream);
-  else
-    plan::launch_pack_csr(shape, mask.row_ptr, mask.col_idx, bits, stream);
+  auto* error_key = static_cast<unsigned long long*>(at(layout.error_key));
+  if (const auto* dense = std::get_if<DenseMaskView>(&mask)) {
+    plan::launch_pack_dense(shape, *dense, bits, stream);
+    if (outputs.error) WA_CUDA_CHECK(cudaMemsetAsync(outputs.error, 0, sizeof(MaskError), stream));
+  } else if (const auto* csr = std::get_if<CsrMaskView>(&mask)) {
+    plan::launch_reset_error_key(error_key, stream);
+    plan::launch_validate_row_ptr(*csr, error_key, stream);
+    plan::launch_pack_csr(shape, *csr, bits, error_key, stream);
+    plan::launch_mask_error(*csr, error_key, outputs.error, stream);
+  } else {
+    const auto& flex = std::get<FlexMaskView>(mask);
+    plan::launch_reset_error_key(error_key, stream);
+    plan::launch_pack_flex(shape, flex, bits, error_key, stream);
+    plan::launch_mask_error(flex, error_key, outputs.error, stream);
+  }
   if (stage1 && reorder)
     plan::launch_transpose(shape, bits, static_cast<uint64_t*>(at(layout.bits_t)),
                            static_cast<double*>(at(layout.col_count)), stream);
@@ -314,43 +353,75 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
     }
   }
   mark(4);
-  plan::launch_assemble(shape, order, skip, outputs, stream);
+  plan::launch_assemble(shape, order, skip, outputs.error, outputs, stream);
   mark(5);
 
-  if (outputs.permuted_row_ptr) {
+  // The CSRs from the bit-packed rows: the original order (null permutation), then the plan's. They share
+  // the counts and the scan storage, one after the other on the stream.
+  auto write_csr = [&](const int32_t* permutations, int64_t* row_ptr, int32_t* col_idx, int64_t capacity) {
     plan::PermutedCsrBuffers csr;
-    csr.permutations = outputs.permutations;
+    csr.permutations = permutations;
+    csr.error = outputs.error;
     csr.row_nnz = row_nnz;
     csr.bits = bits;
     csr.counts = static_cast<int64_t*>(at(layout.csr_counts));
     csr.scan_temp = at(layout.scan_temp);
     csr.scan_temp_bytes = layout.scan_temp_bytes;
-    csr.row_ptr = outputs.permuted_row_ptr;
-    csr.col_idx = outputs.permuted_col_idx;
-    csr.capacity = outputs.permuted_col_capacity;
+    csr.row_ptr = row_ptr;
+    csr.col_idx = col_idx;
+    csr.capacity = capacity;
     plan::launch_permuted_csr(shape, csr, stream);
-  }
+  };
+  if (outputs.csr_row_ptr) write_csr(nullptr, outputs.csr_row_ptr, outputs.csr_col_idx, outputs.csr_col_capacity);
+  if (outputs.permuted_row_ptr)
+    write_csr(outputs.permutations, outputs.permuted_row_ptr, outputs.permuted_col_idx, outputs.permuted_col_capacity);
   mark(6);
 }
 
 bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream,
                       std::optional<uint64_t> cache_key) {
   check_call(mask, outputs, workspace);
-  if (cache_key) {
-    for (const CacheEntry& entry : cache_)
-      if (entry.key == *cache_key && same_outputs(entry.outputs, outputs)) return false;
+  WA_CHECK_ARG(prepared_workspace_bytes_ >= workspace_bytes(), "workspace", "has ", prepared_workspace_bytes_,
+               " bytes, the one-buffer plan() needs ", workspace_bytes(),
+               " (prepared part and scratch); pass a scratch buffer of its own");
+  return plan_cached(mask, outputs, workspace, static_cast<char*>(workspace) + prepared_bytes(), stream, cache_key);
+}
+
+bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* prepared, void* scratch,
+                      size_t scratch_bytes, Stream stream, std::optional<uint64_t> cache_key) {
+  check_call(mask, outputs, prepared);
+  const size_t needed = this->scratch_bytes();
+  WA_CHECK_ARG(scratch != nullptr, "scratch", "is null");
+  WA_CHECK_ARG(scratch_bytes >= needed, "scratch", "has ", scratch_bytes, " bytes, the plan needs ", needed);
+  return plan_cached(mask, outputs, prepared, scratch, stream, cache_key);
+}
+
+bool GpuPlanner::plan_cached(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* prepared,
+                             void* scratch, Stream stream, std::optional<uint64_t> cache_key) {
+  {
+    const std::lock_guard<std::mutex> lock(*mutex_);
+    if (cache_key) {
+      for (const CacheEntry& entry : cache_)
+        if (entry.key == *cache_key && same_outputs(entry.outputs, outputs)) return false;
+    }
+    // These outputs are about to hold a new plan: no earlier key may claim any of their buffers.
+    std::erase_if(cache_, [&](const CacheEntry& entry) { return shares_a_buffer(entry.outputs, outputs); });
   }
-  // These outputs are about to hold a new plan: no earlier key may claim any of their buffers.
-  std::erase_if(cache_, [&](const CacheEntry& entry) { return shares_a_buffer(entry.outputs, outputs); });
-  enqueue(mask, outputs, workspace, stream, nullptr);
-  if (cache_key) cache_.push_back({*cache_key, outputs});
+  enqueue(mask, outputs, prepared, scratch, stream, nullptr);
+  if (cache_key) {
+    const std::lock_guard<std::mutex> lock(*mutex_);
+    cache_.push_back({*cache_key, outputs});
+  }
   return true;
 }
 
 GpuPlanTimes GpuPlanner::plan_timed(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace,
                                     Stream stream) {
   check_call(mask, outputs, workspace);
-  std::erase_if(cache_, [&](const CacheEntry& entry) { return shares_a_buffer(entry.outputs, outputs); });
+  {
+    const std::lock_guard<std::mutex> lock(*mutex_);
+    std::erase_if(cache_, [&](const CacheEntry& entry) { return shares_a_buffer(entry.outputs, outputs); });
+  }
   constexpr int kEvents = 7;
   cudaEvent_t events[kEvents] = {};
   for (cudaEvent_t& event : events) WA_CUDA_CHECK(cudaEventCreate(&event));
@@ -358,7 +429,7 @@ GpuPlanTimes GpuPlanner::plan_timed(const DeviceMask& mask, const GpuPlanOutputs
   try {
     void* handles[kEvents];
     for (int k = 0; k < kEvents; ++k) handles[k] = events[k];
-    enqueue(mask, outputs, workspace, stream, handles);
+    enqueue(mask, outputs, workspace, static_cast<char*>(workspace) + prepared_bytes(), stream, handles);
     WA_CUDA_CHECK(cudaEventSynchronize(events[kEvents - 1]));
     float ms[kEvents - 1];
     for (int k = 0; k + 1 < kEvents; ++k) WA_CUDA_CHECK(cudaEventElapsedTime(&ms[k], events[k], events[k + 1]));
@@ -380,9 +451,23 @@ GpuPlanTimes GpuPlanner::plan_timed(const DeviceMask& mask, const GpuPlanOutputs
 }
 
 void GpuPlanner::forget(uint64_t cache_key) {
+  const std::lock_guard<std::mutex> lock(*mutex_);
   std::erase_if(cache_, [&](const CacheEntry& entry) { return entry.key == cache_key; });
 }
 
-void GpuPlanner::clear_cache() { cache_.clear(); }
+void GpuPlanner::clear_cache() {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  cache_.clear();
+}
+
+void write_batch_schedule(const int32_t* permutations, int mask_heads, int q_blocks, int batch, int heads,
+                          HeadOrder head_order, ScheduleItem* schedule, Stream stream) {
+  check_batch_shape(mask_heads, q_blocks, batch, heads);
+  const ScheduleShape shape{batch, heads, mask_heads, q_blocks, head_order == HeadOrder::kConcurrent};
+  if (shape.items() == 0) return;
+  WA_CHECK_ARG(permutations != nullptr, "permutations", "is null");
+  WA_CHECK_ARG(schedule != nullptr, "schedule", "is null");
+  plan::launch_batch_schedule(shape, permutations, schedule, stream);
+}
 
 }  // namespace wavealign::cuda

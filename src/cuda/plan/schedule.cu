@@ -1,5 +1,6 @@
-// Stage 2 (waves sorted by descending row NNZ, stable), the shuffled control order, and the final
-// permutation / inverse / kernel schedule of every head.
+// Stage 2 (waves sorted by descending row NNZ, stable), the shuffled control order, the final
+// permutation / inverse / kernel schedule of every head, and the batch schedules of a finished plan (both in
+// the layout of core/schedule_layout.h).
 #include <cuda_runtime.h>
 
 #include "core/random.h"
@@ -68,21 +69,27 @@ __global__ void shuffle_kernel(int q_blocks, uint64_t seed, bool in_shared, int3
     for (int i = threadIdx.x; i < q_blocks; i += blockDim.x) order_out[head * q_blocks + i] = order[i];
 }
 
-__global__ void assemble_kernel(const int32_t* __restrict__ order, const uint8_t* __restrict__ skip, int heads,
-                                int q_blocks, bool concurrent, int32_t* __restrict__ permutations,
-                                int32_t* __restrict__ inverses, ScheduleItem* __restrict__ schedule) {
+// One thread per (head, position): the permutation entry and its inverse. An invalid mask (error->code != 0)
+// gets the identity.
+__global__ void assemble_kernel(const int32_t* __restrict__ order, const uint8_t* __restrict__ skip,
+                                const MaskError* __restrict__ error, int heads, int q_blocks,
+                                int32_t* __restrict__ permutations, int32_t* __restrict__ inverses) {
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= int64_t(heads) * q_blocks) return;
   const int head = int(item / q_blocks);
   const int position = int(item % q_blocks);
-  const int32_t row = (order == nullptr || skip[head] != 0) ? position : order[item];
+  const bool identity = order == nullptr || skip[head] != 0 || (error != nullptr && error->code != 0);
+  const int32_t row = identity ? position : order[item];
   permutations[item] = row;
   if (inverses) inverses[int64_t(head) * q_blocks + row] = position;
-  if (schedule) {
-    const int64_t slot = concurrent ? int64_t(position) * heads + head : item;
-    schedule[slot].head = head;
-    schedule[slot].q_block = row;
-  }
+}
+
+// One thread per slot: schedule_item of the plan's permutations.
+__global__ void batch_schedule_kernel(ScheduleShape layout, const int32_t* __restrict__ permutations,
+                                      ScheduleItem* __restrict__ schedule) {
+  const int64_t slot = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (slot >= layout.items()) return;
+  schedule[slot] = schedule_item(layout, permutations, slot);
 }
 
 }  // namespace
@@ -105,12 +112,23 @@ void launch_shuffle(const PlanShape& shape, uint64_t seed, int32_t* order_out, c
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip,
+void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip, const MaskError* error,
                      const GpuPlanOutputs& outputs, cudaStream_t stream) {
   if (shape.rows() == 0) return;
   assemble_kernel<<<blocks_for_items(shape.rows(), 256), 256, 0, stream>>>(
-      order, skip, shape.heads, shape.q_blocks, outputs.head_order == HeadOrder::kConcurrent,
-      outputs.permutations, outputs.inverses, outputs.schedule);
+      order, skip, error, shape.heads, shape.q_blocks, outputs.permutations, outputs.inverses);
+  WA_CUDA_CHECK(cudaGetLastError());
+  if (outputs.schedule) {
+    const ScheduleShape layout{1, shape.heads, shape.heads, shape.q_blocks,
+                               outputs.head_order == HeadOrder::kConcurrent};
+    launch_batch_schedule(layout, outputs.permutations, outputs.schedule, stream);
+  }
+}
+
+void launch_batch_schedule(const ScheduleShape& shape, const int32_t* permutations, ScheduleItem* schedule,
+                           cudaStream_t stream) {
+  if (shape.items() == 0) return;
+  batch_schedule_kernel<<<blocks_for_items(shape.items(), 256), 256, 0, stream>>>(shape, permutations, schedule);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,6 +7,9 @@
 // block issue S_i = Q K_i^T and O += P_{i-1} V_{i-1} back to back, do the softmax of S_i while the PV GEMM
 // runs, rescale O once it has drained; finally the last PV. Every step depends only on the row's blocks in
 // walk order, never on timing, so O and LSE are the same bits under every schedule.
+//
+// Build options of the consumer's instruction stream (off by default; docs/kernel.md, "Instruction count per
+// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -75,6 +78,18 @@ struct SharedStorage {
   __device__ Element* q_stage(int stage) { return q.data() + stage * Traits::kQElements; }
 };
 
+/// `storage` again, through a shared-window address taken from a warp-uniform value when kUniform: every
+/// smem address derived from it (operand descriptors, barriers) can then stay in uniform registers.
+template <bool kUniform, class Storage>
+__device__ __forceinline__ Storage& warp_uniform_storage(Storage& storage) {
+  if constexpr (kUniform) {
+    const auto address = warp_uniform<true>(static_cast<uint32_t>(__cvta_generic_to_shared(&storage)));
+    return *static_cast<Storage*>(__cvta_shared_to_generic(address));
+  } else {
+    return storage;
+  }
+}
+
 /// Fragment accessor over a CuTe register tensor (softmax.cuh indexes fragments through frag(i)).
 template <class Tensor>
 struct TensorFrag {
@@ -82,13 +97,51 @@ struct TensorFrag {
   __device__ __forceinline__ float& operator()(int i) const { return tensor(i); }
 };
 
+/// wgmma smem descriptor iterator that advances the whole 64-bit descriptor. CuTe's DescriptorIterator adds
+/// to the low word and reassembles the pair, which costs two register moves per wgmma; the 64-bit add gives
+/// the same descriptor (an offset within shared memory never carries out of the 14-bit address field).
+struct Descriptor64Iterator {
+  using reference = cute::GmmaDescriptor;
+  using element_type = cute::GmmaDescriptor;
+  using value_type = cute::GmmaDescriptor;
+  uint64_t desc;
+  __device__ __forceinline__ reference operator*() const { return reference{desc}; }
+  template <class Index>
+  __device__ __forceinline__ reference operator[](Index const& i) const {
+    return *(*this + i);
+  }
+  template <class Index>
+  __device__ __forceinline__ Descriptor64Iterator operator+(Index const& offset) const {
+    return {desc + uint64_t(offset)};
+  }
+};
+
+/// mma_unpack recasts descriptor operands to uint64_t; the iterator already dereferences to one.
+template <class NewT>
+__device__ __forceinline__ Descriptor64Iterator recast_ptr(Descriptor64Iterator const& iterator) {
+  static_assert(cute::is_same<NewT, uint64_t>::value, "descriptor operands recast to uint64_t only");
+  return iterator;
+}
+
+/// A descriptor fragment (partition_fragment_A/B of an smem tensor) with 64-bit descriptor arithmetic when
+/// kEnabled, else unchanged.
+template <bool kEnabled, class Fragment>
+__device__ __forceinline__ auto descriptor64(Fragment const& fragment) {
+  if constexpr (kEnabled) {
+    return cute::make_tensor(Descriptor64Iterator{uint64_t(*fragment.data())}, fragment.layout());
+  } else {
+    return fragment;
+  }
+}
+
 /// One asynchronous wgmma batch over the whole K extent: c (+)= a * b. kZeroInit starts from zero instead
 /// of accumulating. The caller waits (warpgroup_wait) before reading c or reusing register operands.
 template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorC>
 __device__ __forceinline__ void gemm_async(TiledMma& tiled_mma, TensorA const& a, TensorB const& b, TensorC& c) {
   // A is either smem descriptors (SS) or register values (RS); only register values need fencing.
-  constexpr bool kARegisters =
-      !cute::is_base_of<cute::SM90::GMMA::DescriptorIterator, typename TensorA::engine_type::iterator>::value;
+  using IteratorA = typename TensorA::engine_type::iterator;
+  constexpr bool kARegisters = !cute::is_base_of<cute::SM90::GMMA::DescriptorIterator, IteratorA>::value &&
+                               !cute::is_same<Descriptor64Iterator, IteratorA>::value;
   if constexpr (kARegisters) cute::warpgroup_fence_operand(const_cast<TensorA&>(a));
   cute::warpgroup_fence_operand(c);
   cute::warpgroup_arrive();
@@ -102,6 +155,19 @@ __device__ __forceinline__ void gemm_async(TiledMma& tiled_mma, TensorA const& a
   cute::warpgroup_fence_operand(c);
   if constexpr (kARegisters) cute::warpgroup_fence_operand(const_cast<TensorA&>(a));
 }
+
+#ifndef WA_SM90_UNIFORM_OPERANDS
+#define WA_SM90_UNIFORM_OPERANDS 0
+#endif
+constexpr bool kUniformOperands = WA_SM90_UNIFORM_OPERANDS != 0;
+#ifndef WA_SM90_EXACT_RESCALE
+#define WA_SM90_EXACT_RESCALE 0
+#endif
+constexpr bool kExactRescale = WA_SM90_EXACT_RESCALE != 0;
+#ifndef WA_SM90_ROW_MAX_CHAINS
+#define WA_SM90_ROW_MAX_CHAINS 1
+#endif
+constexpr int kRowMaxChains = WA_SM90_ROW_MAX_CHAINS;
 
 template <class Traits>
 struct Mainloop {
@@ -209,22 +275,44 @@ struct Mainloop {
 
   /// Result of one item for the epilogue: O accumulator (unnormalized) and the softmax state.
   template <class TensorO>
-  __device__ static void compute_item(const AttentionParams& p, SharedStorage<Traits>& storage, const WorkRecord& record,
-                                      StageCounter<kStages>& kv, StageCounter<Traits::kQStages>& q_stages,
-                                      TensorO& tOrO,
-                                      OnlineSoftmax& softmax, int tid) {
+  __device__ static void compute_item(const AttentionParams& p, SharedStorage<Traits>& kernel_storage,
+                                      const WorkRecord& record, StageCounter<kStages>& kv_item,
+                                      StageCounter<Traits::kQStages>& q_item, TensorO& tOrO, OnlineSoftmax& softmax,
+                                      int tid) {
     using namespace cute;
+    // WA_SM90_UNIFORM_OPERANDS: the smem descriptors of the wgmma operands depend only on the warpgroup, the
+    // smem base and the stage. Derived from values the compiler knows to be warp-uniform (warp_uniform), they
+    // are computed with 64-bit uniform-datapath adds; otherwise each is built in per-thread registers and
+    // moved to uniform registers (R2UR) before every wgmma, ~45 instructions per warp and block.
+    SharedStorage<Traits>& storage = warp_uniform_storage<kUniformOperands>(kernel_storage);
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
-    auto thr_qk = mma_qk.get_thread_slice(tid);
-    auto thr_pv = mma_pv.get_thread_slice(tid);
+    const int warpgroup = warp_uniform<kUniformOperands>(tid / 128);
+    // Stage counters: the callers' by default. With uniform operands, local copies, and the K/V stage of
+    // walk position i is computed as first + i from the loop index (a counter carried through the loop stays
+    // per-thread); the callers' counters advance by what the item uses (n K/V stages, one Q stage).
+    StageCounter<kStages> kv_local{warp_uniform<kUniformOperands>(kv_item.count)};
+    StageCounter<Traits::kQStages> q_local{warp_uniform<kUniformOperands>(q_item.count)};
+    StageCounter<kStages>& kv = kUniformOperands ? kv_local : kv_item;
+    StageCounter<Traits::kQStages>& q_stages = kUniformOperands ? q_local : q_item;
+    if constexpr (kUniformOperands) {
+      kv_item.count += record.n_blocks;
+      q_item.count += 1;
+    }
+    const uint32_t kv_first = kv_local.count;
+    auto kv_at = [&](int position) {
+      if constexpr (kUniformOperands) return StageCounter<kStages>{kv_first + uint32_t(position)};
+      return kv;
+    };
+    auto thr_qk = mma_qk.get_thread_slice(kUniformOperands ? warpgroup * 128 : tid);
+    auto thr_pv = mma_pv.get_thread_slice(kUniformOperands ? warpgroup * 128 : tid);
     const int q_stage = q_stages.index();
     Tensor sQ = make_tensor(make_smem_ptr(storage.q_stage(q_stage)), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutVt{});
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
-    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
-    Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrQ = descriptor64<kUniformOperands>(thr_qk.partition_fragment_A(sQ));   // (MMA, MMA_M, MMA_K)
+    Tensor tSrK = descriptor64<kUniformOperands>(thr_qk.partition_fragment_B(sK));   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tOrV = descriptor64<kUniformOperands>(thr_pv.partition_fragment_B(sVt));  // (MMA, MMA_N, MMA_K, stage)
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));
     // P as the register A operand of the PV GEMM: per k16 slice ((2,2,2)) values in the accumulator's own
     // order (softmax.cuh), so the conversion is element-wise with no shuffles.
@@ -235,14 +323,15 @@ struct Mainloop {
     const int lane = tid % 32;
     const int quad_lane = lane & 3;
     const int valid_in_partial = p.tokens - (p.kv_blocks - 1) * kBlockN;
-    const int n = record.n_blocks;
+    const int n = warp_uniform<kUniformOperands>(record.n_blocks);
+    const int partial_position = warp_uniform<kUniformOperands>(record.partial_position);
 
     auto convert_p = [&]() {
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
     };
 
-    const IssueTurn<Traits::kPingPong> turn{tid / 128};
+    const IssueTurn<Traits::kPingPong> turn{warpgroup};
     Barrier::wait(&storage.q_full[q_stage], q_stages.phase());
     q_stages.advance();
     softmax.reset();
@@ -250,8 +339,8 @@ struct Mainloop {
 
     float factor[2];
     {
-      const int stage = kv.index();
-      Barrier::wait(&storage.k_full[stage], kv.phase());
+      const int stage = kv_at(0).index();
+      Barrier::wait(&storage.k_full[stage], kv_at(0).phase());
       turn.begin();
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       turn.end();
@@ -259,16 +348,16 @@ struct Mainloop {
       warpgroup_fence_operand(tSrS);
       release_stage(&storage.k_empty[stage], lane);
       if (n == 1) release_stage(&storage.q_empty[q_stage], lane);
-      if (record.partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN>(frag, p.scale_log2, factor);
+      if (partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains>(frag, p.scale_log2, factor);
       convert_p();
     }
     for (int position = 1; position < n; ++position) {
-      const int prev_stage = kv.index();
-      const uint32_t prev_phase = kv.phase();
+      const int prev_stage = kv_at(position - 1).index();
+      const uint32_t prev_phase = kv_at(position - 1).phase();
       kv.advance();
-      const int stage = kv.index();
-      Barrier::wait(&storage.k_full[stage], kv.phase());
+      const int stage = kv_at(position).index();
+      Barrier::wait(&storage.k_full[stage], kv_at(position).phase());
       Barrier::wait(&storage.v_full[prev_stage], prev_phase);
       turn.begin();
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
@@ -278,15 +367,16 @@ struct Mainloop {
       warpgroup_fence_operand(tSrS);
       release_stage(&storage.k_empty[stage], lane);
       if (position == n - 1) release_stage(&storage.q_empty[q_stage], lane);
-      if (position == record.partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN>(frag, p.scale_log2, factor);
+      if (position == partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains>(frag, p.scale_log2, factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
       release_stage(&storage.v_empty[prev_stage], lane);
-      // Once a row has seen its largest scores the running max stops moving and factor is exactly 1
-      // (ex2(0) = 1), and multiplying by 1 changes no bit: a warp whose 16 rows all kept their max skips the
-      // 64 multiplies per thread with no effect on the result.
+      // Multiplying by a factor of exactly 1 changes no bit, so a warp whose 32 factors are all 1 skips the 64
+      // multiplies per thread with no effect on the result. Once a row has met its largest scores its max
+      // stops moving; with WA_SM90_EXACT_RESCALE its factor is then exactly 1 (ex2(0)), by default only by
+      // chance (softmax.cuh), so by default the skip almost never fires.
       if (!__all_sync(0xffffffffu, factor[0] == 1.f && factor[1] == 1.f)) {
         CUTE_UNROLL
         for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
@@ -294,8 +384,8 @@ struct Mainloop {
       convert_p();
     }
     {
-      const int stage = kv.index();
-      Barrier::wait(&storage.v_full[stage], kv.phase());
+      const int stage = kv_at(n - 1).index();
+      Barrier::wait(&storage.v_full[stage], kv_at(n - 1).phase());
       turn.begin();
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
       turn.end();

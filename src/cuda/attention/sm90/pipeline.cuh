@@ -38,6 +38,16 @@ struct IssueTurn {
   }
 };
 
+/// x, which every lane of the warp holds already, when kUniform: passed through a warp reduction (REDUX,
+/// whose result lands in a uniform register) so the compiler knows it is warp-uniform and keeps what is
+/// computed from it (stage offsets, smem descriptors) in uniform registers. A shuffle broadcast does not
+/// give that: its result stays a per-thread register.
+template <bool kUniform, class T>
+__device__ __forceinline__ T warp_uniform(T x) {
+  if constexpr (kUniform) return static_cast<T>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(x)));
+  return x;
+}
+
 /// Consumer side of a release: every warp of the consumer warpgroups arrives once (arrival count =
 /// consumer warps), after the lanes' reads of the stage are complete.
 __device__ __forceinline__ void release_stage(uint64_t* barrier, int lane) {

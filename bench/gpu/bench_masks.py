@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Mask generation of the four methods for a full Wan2.1-14B layer on the GPU, next to the sparse attention
+each mask feeds, recorded as bench/results/h200-masks.json. Runs BUILD/bench/wa_bench_masks (it builds
+nothing; the arithmetic behind the targets is in bench_masks.cu) and keeps its JSON lines with the device,
+the commit and the date. About two minutes on an H200: the synthetic Q/K/V of 40 heads at 363,600 tokens
+take ~10 s to generate, each case ~3 mask runs and 3 attention calls of ~1-4 s.
+
+Usage: bench/gpu/bench_masks.py BUILD [--out bench/results/h200-masks.json] [--cases NAME,...]
+                                [--frames 401] [--heads 40] [--iters 3] [--attention-iters 2]
+Exit status 1 when the benchmark fails; a case that misses its target is marked MISSED (XAttention at S = 8
+does by construction, see bench_masks.cu) and recorded with meets_target false.
+"""
+import argparse
+import datetime
+import json
+import pathlib
+import subprocess
+import sys
+
+
+def git_commit(root):
+    try:
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build", type=pathlib.Path, help="CMake build directory holding bench/wa_bench_masks")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/h200-masks.json"))
+    parser.add_argument("--cases", default="all")
+    parser.add_argument("--frames", type=int, default=401)
+    parser.add_argument("--heads", type=int, default=40)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--attention-iters", type=int, default=2)
+    args = parser.parse_args()
+
+    binary = args.build / "bench" / "wa_bench_masks"
+    if not binary.exists():
+        sys.exit(f"bench_masks.py: {binary} not found (build the project with CUDA first)")
+    command = [str(binary), "--frames", str(args.frames), "--heads", str(args.heads), "--iters", str(args.iters),
+               "--attention-iters", str(args.attention_iters), "--cases", args.cases]
+    result = subprocess.run(command, capture_output=True, text=True)
+    sys.stderr.write(result.stderr)
+    runs = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    for run in runs:
+        print(f"{run['case']:>16}: density {run['density']:.3f}, mask {run['mask_ms']:8.2f} ms, attention "
+              f"{run['attention_ms']:8.1f} ms, share {100 * run['mask_share']:5.2f} % "
+              f"(target {100 * run['target_share']:.0f} %{'' if run['meets_target'] else ', MISSED'})")
+    record = {
+        "device": runs[0]["gpu"] if runs else "unknown",
+        "commit": git_commit(pathlib.Path(__file__).resolve().parents[2]),
+        "date": datetime.date.today().isoformat(),
+        "command": "bench/gpu/bench_masks.py " + " ".join(sys.argv[1:]),
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    if result.returncode != 0 or not runs:
+        sys.exit(f"bench_masks.py: wa_bench_masks exited {result.returncode} after {len(runs)} cases")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""Counts the SASS instructions of a kernel's steady-state loops, per KV block, by instruction class.
+
+    scripts/sass_census.py FILE [--kernel SUBSTRING] [--tma-per-block 4] [--nvdisasm PATH] [--json]
+
+FILE is a cubin, an object file with an embedded sm_90a cubin (the build's .cu.o; extracted with
+cuobjdump -xelf), or a listing that `nvdisasm -gi -c` wrote. The tool builds the control-flow graph of
+every selected function, finds its loops and reports two of them:
+
+- consumer: the innermost loop holding HGMMA instructions (one KV block per iteration: the S GEMM of block i
+  and the PV GEMM of block i-1, then the softmax of block i);
+- producer: the innermost loop holding at least --tma-per-block UTMALDG instructions (the compiler may
+  unroll it; its count is divided by UTMALDG / --tma-per-block blocks per iteration).
+
+The blocks of a loop body that dominate its latch run on every iteration ("main path"). The others are
+grouped: "spin" (an mbarrier try-wait retry, run only while the data is not there), "divergent" (the
+fallback after BRA.DIV, run only if the warp is not converged) and "conditional" (everything else, named by
+the project source line they come from, e.g. the O rescale or the partial-block mask). Which conditional
+groups run per block is data-dependent; the tool reports their sizes and leaves that to the reader.
+"""
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z0-9_.]+)\s*(.*?)\s*;")
+LABEL = re.compile(r"^(\.L_x_\d+):")
+LINE_INFO = re.compile(r'//## File "([^"]+)", line (\d+)')
+FUNCTION = re.compile(r"^\.text\.(\S+):")
+TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+
+# Instruction classes, first match wins (on the opcode's first component).
+CLASSES = [
+    ("HGMMA", {"HGMMA"}),
+    ("wgmma fence/wait", {"WARPGROUP"}),
+    ("FFMA", {"FFMA"}),
+    ("FMUL", {"FMUL"}),
+    ("FADD", {"FADD"}),
+    ("FMNMX", {"FMNMX"}),
+    ("fp compare/select", {"FSETP", "FSEL", "FCHK"}),
+    ("conversion", {"F2FP", "F2F", "I2F", "F2I", "FRND", "I2FP", "F2IP"}),
+    ("SHFL", {"SHFL"}),
+    ("vote/redux", {"VOTE", "VOTEU", "MATCH", "REDUX", "ELECT"}),
+    ("barrier/mbarrier", {"SYNCS", "BAR", "ARRIVES", "MEMBAR", "FENCE", "DEPBAR", "NANOSLEEP"}),
+    ("branch/reconvergence", {"WARPSYNC", "BSSY", "BSYNC", "BRA", "BRX", "JMP", "CALL", "RET", "EXIT", "YIELD"}),
+    ("predicate", {"PLOP3", "P2R", "R2P", "ISETP", "PSETP"}),
+    ("TMA", {"UTMALDG", "UTMAPF", "UTMASTG", "UBLKCP"}),
+    ("memory", {"LDS", "STS", "LDG", "STG", "LDC", "LD", "ST", "ATOM", "ATOMS", "ATOMG", "RED", "LDSM", "STSM",
+                "LDL", "STL"}),
+    ("nop", {"NOP"}),
+]
+
+
+def classify(opcode):
+    base = opcode.split(".")[0]
+    if base == "MUFU":
+        return "MUFU." + opcode.split(".")[1]
+    for name, opcodes in CLASSES:
+        if base in opcodes:
+            return name
+    if base.startswith("U") or base in ("R2UR", "S2UR"):
+        return "uniform datapath"
+    return "integer/move"
+
+
+def parse_listing(text):
+    """Functions of an `nvdisasm -gi -c` listing: name -> {instrs: [...], labels: {label: index}}."""
+    functions = collections.OrderedDict()
+    current, pending, chain = None, [], []
+    for line in text.splitlines():
+        match = FUNCTION.match(line)
+        if match:
+            current = functions.setdefault(match.group(1), {"instrs": [], "labels": {}})
+            pending, chain = [], []
+            continue
+        if current is None:
+            continue
+        match = LABEL.match(line)
+        if match:
+            current["labels"][match.group(1)] = len(current["instrs"])
+            continue
+        match = LINE_INFO.search(line)
+        if match:
+            pending.append((match.group(1), int(match.group(2))))
+            continue
+        match = INSTRUCTION.match(line)
+        if match:
+            if pending:
+                chain, pending = pending, []
+            current["instrs"].append({"addr": int(match.group(1), 16), "pred": (match.group(2) or "").strip(),
+                                      "op": match.group(3), "args": match.group(4), "chain": chain})
+    return functions
+
+
+class Graph:
+    """Basic blocks of one function with successor edges; `divergent` holds the BRA.DIV edges."""
+
+    def __init__(self, function):
+        instrs, labels = function["instrs"], function["labels"]
+        starts = {0} | set(labels.values())
+        for i, ins in enumerate(instrs):
+            if ins["op"].split(".")[0] in ("BRA", "BRX", "JMP", "EXIT", "RET") and i + 1 < len(instrs):
+                starts.add(i + 1)
+        starts = sorted(s for s in starts if s < len(instrs))
+        self.instrs = instrs
+        self.blocks = [(s, starts[k + 1] if k + 1 < len(starts) else len(instrs)) for k, s in enumerate(starts)]
+        block_at = {s: b for b, (s, _) in enumerate(self.blocks)}
+        self.succ = collections.defaultdict(set)
+        self.divergent = collections.defaultdict(set)
+        for b, (_, end) in enumerate(self.blocks):
+            last = instrs[end - 1]
+            base = last["op"].split(".")[0]
+            target = TARGET.search(last["args"])
+            if target and base in ("BRA", "JMP", "CALL"):
+                t = block_at[labels[target.group(1)]]
+                self.succ[b].add(t)
+                if ".DIV" in last["op"]:
+                    self.divergent[b].add(t)
+            always_taken = base in ("BRA", "JMP", "EXIT", "RET") and not last["pred"] and ".DIV" not in last["op"] \
+                and ".ANY" not in last["op"]
+            if not always_taken and b + 1 < len(self.blocks):
+                self.succ[b].add(b + 1)
+        self.pred = collections.defaultdict(set)
+        for b, targets in list(self.succ.items()):
+            for t in targets:
+                self.pred[t].add(b)
+
+    def size(self, b):
+        start, end = self.blocks[b]
+        return end - start
+
+    def ops(self, b):
+        start, end = self.blocks[b]
+        return self.instrs[start:end]
+
+    def dominators(self, skip_divergent):
+        """Dominator sets from block 0, optionally ignoring the BRA.DIV edges."""
+        succ = {b: (s - self.divergent[b] if skip_divergent else s) for b, s in self.succ.items()}
+        reach, stack = set(), [0]
+        while stack:
+            b = stack.pop()
+            if b not in reach:
+                reach.add(b)
+                stack.extend(succ.get(b, ()))
+        pred = collections.defaultdict(set)
+        for b, targets in succ.items():
+            for t in targets:
+                if b in reach:
+                    pred[t].add(b)
+        dom = {b: set(reach) for b in reach}
+        dom[0] = {0}
+        changed = True
+        while changed:
+            changed = False
+            for b in sorted(reach - {0}):
+                new = set.intersection(*(dom[p] for p in pred[b])) | {b} if pred[b] else {b}
+                if new != dom[b]:
+                    dom[b], changed = new, True
+        return dom
+
+    def loops(self):
+        """Natural loops (header, latch, body) of the back edges, innermost (smallest) first."""
+        dom = self.dominators(skip_divergent=False)
+        found = []
+        for latch, targets in self.succ.items():
+            for header in targets:
+                if latch in dom and header in dom[latch]:
+                    body, stack = {header, latch}, [latch] if latch != header else []
+                    while stack:
+                        for p in self.pred[stack.pop()]:
+                            if p not in body:
+                                body.add(p)
+                                stack.append(p)
+                    found.append((header, latch, body))
+        return sorted(found, key=lambda loop: sum(self.size(b) for b in loop[2]))
+
+
+def source_site(chain, project):
+    """The innermost frame of the project's sources (file:line), else the innermost frame."""
+    for path, line in chain:
+        if project in path:
+            return path.split(project, 1)[1] + ":" + str(line)
+    return (os.path.basename(chain[0][0]) + ":" + str(chain[0][1])) if chain else "?"
+
+
+def is_spin(graph, b):
+    ops = [i["op"] for i in graph.ops(b)]
+    waits = any(op.startswith("SYNCS.PHASECHK") for op in ops)
+    return (waits and b in graph.succ[b]) or (len(ops) == 1 and ops[0] == "BRA" and
+                                               any(is_spin(graph, p) for p in graph.pred[b] if p != b))
+
+
+def census(graph, loop, project):
+    """Class counts of the loop's main path and its groups of other blocks."""
+    header, latch, body = loop
+    main_dom = graph.dominators(skip_divergent=True)
+    main = [b for b in body if b in main_dom.get(latch, ())]
+    # Blocks reachable from a BRA.DIV target without passing through the main path.
+    divergent, stack = set(), [t for b in body for t in graph.divergent[b]]
+    while stack:
+        b = stack.pop()
+        if b in body and b not in divergent and b not in main:
+            divergent.add(b)
+            stack.extend(graph.succ[b])
+    result = {"main": collections.Counter(), "groups": collections.OrderedDict()}
+    for b in main:
+        result["main"].update(classify(i["op"]) for i in graph.ops(b))
+    for b in sorted(set(body) - set(main), key=lambda b: graph.blocks[b][0]):
+        if is_spin(graph, b):
+            key = "spin"
+        elif b in divergent:
+            key = "divergent"
+        else:
+            sites = collections.Counter(source_site(i["chain"], project) for i in graph.ops(b))
+            key = "conditional " + sites.most_common(1)[0][0]
+        group = result["groups"].setdefault(key, collections.Counter())
+        group.update(classify(i["op"]) for i in graph.ops(b))
+    return result
+
+
+def pick_loops(graph, tma_per_block):
+    """(consumer loop, producer loop, producer blocks per iteration); None where there is none."""
+    def count(body, opcode):
+        return sum(1 for b in body for i in graph.ops(b) if i["op"].split(".")[0] == opcode)
+
+    loops = graph.loops()
+    consumer = next((loop for loop in loops if count(loop[2], "HGMMA")), None)
+    producer = next((loop for loop in loops if count(loop[2], "UTMALDG") >= tma_per_block), None)
+    per_iteration = count(producer[2], "UTMALDG") / tma_per_block if producer else 0
+    return consumer, producer, per_iteration
+
+
+def disassemble(path, nvdisasm):
+    """The `nvdisasm -gi -c` listing of a cubin, an object file or an existing listing."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != b"\x7fELF":
+        with open(path) as f:
+            return f.read()
+    tool = nvdisasm or shutil.which("nvdisasm")
+    if not tool:
+        raise SystemExit("sass_census: nvdisasm not found (--nvdisasm PATH or put the CUDA toolkit's bin on PATH)")
+    try:
+        return subprocess.run([tool, "-gi", "-c", path], check=True, capture_output=True, text=True).stdout
+    except subprocess.CalledProcessError:
+        pass  # not a cubin: a host object with an embedded fatbinary
+    cuobjdump = os.path.join(os.path.dirname(tool), "cuobjdump")
+    if not os.path.exists(cuobjdump):
+        cuobjdump = shutil.which("cuobjdump")
+    if not cuobjdump:
+        raise SystemExit("sass_census: " + path + " is not a cubin and cuobjdump (to extract one) was not found")
+    with tempfile.TemporaryDirectory() as work:
+        subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(path)], check=True, cwd=work, capture_output=True)
+        cubins = sorted(f for f in os.listdir(work) if "sm_90" in f and f.endswith(".cubin"))
+        if not cubins:
+            raise SystemExit("sass_census: no sm_90 cubin in " + path)
+        return "".join(subprocess.run([tool, "-gi", "-c", os.path.join(work, c)], check=True, capture_output=True,
+                                      text=True).stdout for c in cubins)
+
+
+def report(listing, kernel, tma_per_block, project):
+    out = {}
+    for name, function in parse_listing(listing).items():
+        if kernel not in name:
+            continue
+        graph = Graph(function)
+        consumer, producer, per_iteration = pick_loops(graph, tma_per_block)
+        entry = {}
+        if consumer:
+            entry["consumer_per_warp_per_block"] = census(graph, consumer, project)
+        if producer:
+            counted = census(graph, producer, project)
+            scale = lambda c: collections.Counter({k: v / per_iteration for k, v in c.items()})
+            counted["main"] = scale(counted["main"])
+            counted["groups"] = collections.OrderedDict((k, scale(v)) for k, v in counted["groups"].items())
+            entry["producer_per_block"] = counted
+            entry["producer_blocks_per_iteration"] = per_iteration
+        out[name] = entry
+    return out
+
+
+def print_report(result):
+    for name, entry in result.items():
+        print(name)
+        for part in ("consumer_per_warp_per_block", "producer_per_block"):
+            if part not in entry:
+                continue
+            counted = entry[part]
+            note = ""
+            if part.startswith("producer"):
+                note = f" ({entry['producer_blocks_per_iteration']:g} blocks per iteration)"
+            executed = sum(counted["main"].values()) + sum(
+                sum(g.values()) for k, g in counted["groups"].items() if k.startswith("conditional"))
+            print(f"  {part}{note}: main path {sum(counted['main'].values()):g}, "
+                  f"main path + every conditional group {executed:g}")
+            for cls, n in sorted(counted["main"].items(), key=lambda kv: -kv[1]):
+                print(f"    {cls:22s} {n:g}")
+            for key, group in counted["groups"].items():
+                classes = ", ".join(f"{c} {n:g}" for c, n in sorted(group.items(), key=lambda kv: -kv[1]))
+                print(f"  + {key}: {sum(group.values()):g} ({classes})")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("file", help="cubin, object file with an sm_90a cubin, or an nvdisasm -gi -c listing")
+    parser.add_argument("--kernel", default="fwd_kernel_sm90", help="substring of the function names to report")
+    parser.add_argument("--tma-per-block", type=int, default=4,
+                        help="UTMALDG instructions per KV block (K and V, one per 64-column box: 4 at d = 128)")
+    parser.add_argument("--project", default="src/cuda/", help="path fragment of the project's sources")
+    parser.add_argument("--nvdisasm", help="nvdisasm to use (default: the one on PATH)")
+    parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    args = parser.parse_args(argv)
+    if args.tma_per_block < 1:
+        parser.error("--tma-per-block must be >= 1, got %d" % args.tma_per_block)
+    result = report(disassemble(args.file, args.nvdisasm), args.kernel, args.tma_per_block, args.project)
+    if not result:
+        raise SystemExit("sass_census: no function matching --kernel " + repr(args.kernel) + " in " + args.file)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        print()
+    else:
+        print_report(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+// The bisection behind the GPU selection (src/cuda/masks/select.cu), written once for both sides so that the
+// host tests check the exact steps the device runs. The order is "descending value, ties to the lower index"
+// on a 32-bit order key; a selection is a prefix of that order, found without sorting:
+//   - mass rules: the largest key u whose "key >= u" mass still reaches (or exceeds) the target is the
+//     crossing element's value; the mass above u is then known, and how many of u's ties the rule takes
+//     follows by division (32 steps);
+//   - counts: the largest key with at least `count` elements at or above it (32 steps);
+//   - split ties: the index of the last kept tie, by bisection over the index (up to 31 steps).
+// Each step is one "tally" over the segment, supplied by the caller (a block reduction on the device, a loop
+// in the tests). Masses are integers in units of 2^-40 (mass_units), so sums are exact in any order.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/host_device.h"
+
+namespace wavealign::methods {
+
+/// Larger key = earlier in the order: non-negative floats keep their bit order with the sign bit set,
+/// negative ones are inverted.
+WA_HOST_DEVICE inline uint32_t order_key(float value) {
+#ifdef __CUDA_ARCH__
+  const uint32_t bits = __float_as_uint(value);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+#endif
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+WA_HOST_DEVICE inline float key_value(uint32_t key) {
+  const uint32_t bits = (key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+#endif
+}
+
+/// A finite value >= 0 in units of 2^-40, rounded to nearest (exact for values >= 2^-16, since value x 2^40
+/// is then an integer-valued float). Values up to 2^23 fit.
+WA_HOST_DEVICE inline unsigned long long mass_units(float value) {
+  const float scaled = value * 1099511627776.0f;
+#ifdef __CUDA_ARCH__
+  return __float2ull_rn(scaled);
+#else
+  return static_cast<unsigned long long>(__builtin_llrintf(scaled));
+#endif
+}
+
+struct Tally {
+  unsigned long long mass = 0;  // in 2^-40 units
+  unsigned long long count = 0;
+};
+
+/// Where a selection ends in the order: `count` elements are kept, the last of them has key `key`, `above`
+/// elements have a larger key and `ties` share it. known = false when no boundary was needed (count 0 or
+/// the whole segment).
+struct Boundary {
+  int64_t count = 0;
+  bool known = false;
+  uint32_t key = 0;
+  unsigned long long above = 0;
+  unsigned long long ties = 0;
+};
+
+/// The count of a mass rule over a segment of `length` values with total mass `total`: reach = the shortest
+/// prefix whose mass reaches fraction x total (crossing element included), else the longest prefix whose
+/// mass stays <= it. at_least(key, with_mass) tallies the elements whose key is >= key.
+template <class AtLeast>
+WA_HOST_DEVICE Boundary mass_boundary(AtLeast&& at_least, int64_t length, unsigned long long total, double fraction,
+                                      bool reach) {
+  Boundary boundary;
+  const double target = fraction * double(total);
+  auto passes = [&](unsigned long long mass) { return reach ? double(mass) >= target : double(mass) > target; };
+  if (fraction >= 1 || !passes(total)) {
+    boundary.count = length;  // never reached (reach: only through rounding) or never exceeded
+    return boundary;
+  }
+  uint32_t low = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t candidate = low | (1u << bit);
+    if (passes(at_least(candidate, true).mass)) low = candidate;
+  }
+  const Tally over = low == 0xFFFFFFFFu ? Tally{} : at_least(low + 1, true);
+  const unsigned long long through = at_least(low, false).count;
+  const unsigned long long unit = mass_units(key_value(low));  // > 0: the crossing value carries mass
+  const double room = (target - double(over.mass)) / double(unit);
+  long long taken = reach ? (long long)ceil(room) : (long long)floor(room);
+  const long long least = reach ? 1 : 0;
+  if (taken < least) taken = least;
+  boundary.ties = through - over.count;
+  if (taken > (long long)boundary.ties) taken = (long long)boundary.ties;
+  boundary.count = int64_t(over.count) + taken;
+  boundary.known = true;
+  boundary.key = low;
+  boundary.above = over.count;
+  return boundary;
+}
+
+/// The boundary of the first `count` elements (0 < count < length). count_at_least(key) counts the elements
+/// whose key is >= key.
+template <class CountAtLeast>
+WA_HOST_DEVICE Boundary count_boundary(CountAtLeast&& count_at_least, int64_t count) {
+  uint32_t low = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t candidate = low | (1u << bit);
+    if (int64_t(count_at_least(candidate)) >= count) low = candidate;
+  }
+  Boundary boundary;
+  boundary.count = count;
+  boundary.known = true;
+  boundary.key = low;
+  boundary.above = low == 0xFFFFFFFFu ? 0ull : count_at_least(low + 1);
+  boundary.ties = count_at_least(low) - boundary.above;
+  return boundary;
+}
+
+/// Whether `boundary` (from a mass rule) already locates the count-th element.
+WA_HOST_DEVICE inline bool locates(const Boundary& boundary, int64_t count) {
+  return boundary.known && int64_t(boundary.above) < count && count <= int64_t(boundary.above + boundary.ties);
+}
+
+/// Index of the last kept tie when `taken` of the boundary's ties are kept: the largest index with fewer than
+/// `taken` ties below it; `length` (all of them) when taken >= ties. ties_below(index) counts the ties at
+/// indices < index.
+template <class TiesBelow>
+WA_HOST_DEVICE int64_t last_kept_tie(TiesBelow&& ties_below, int64_t length, const Boundary& boundary) {
+  const unsigned long long taken = (unsigned long long)(boundary.count - int64_t(boundary.above));
+  if (taken >= boundary.ties) return length;
+  int top_bit = 0;
+  while ((int64_t(1) << (top_bit + 1)) < length) ++top_bit;
+  int64_t low = 0;
+  for (int bit = top_bit; bit >= 0; --bit) {
+    const int64_t candidate = low | (int64_t(1) << bit);
+    if (candidate < length && ties_below(candidate) < taken) low = candidate;
+  }
+  return low;
+}
+
+/// Whether element (index, key) is kept by a selection that ends at `boundary` with last kept tie `last_tie`.
+WA_HOST_DEVICE inline bool kept(const Boundary& boundary, int64_t last_tie, int64_t index, uint32_t key) {
+  return key > boundary.key || (key == boundary.key && index <= last_tie);
+}
+
+}  // namespace wavealign::methods

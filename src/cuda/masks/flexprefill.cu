@@ -1,0 +1,286 @@
+// FlexPrefill on the GPU, per head: the representative blocks' vertical and slash distributions, their
+// coverage counts, block pooling, the Jensen-Shannon decision and the block budgets (one thread block),
+// the top vertical blocks and block diagonals, and for query-aware heads the global coverage of the pooled
+// block map. Every decision stays on the device: a head's budgets and its query-aware flag feed the
+// selections through device memory, never the host.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+
+#include "core/methods/rules.h"
+#include "cuda/attention/cuda_check.h"
+#include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/reduce.cuh"
+
+namespace wavealign::cuda::masks {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
+
+// Vertical blocks: the sum of the vertical distribution over each key block. Slash blocks: the sum of the
+// slash distribution over the token offsets that pool into each block offset (slash_block_offset), in
+// ascending offset order. One thread per (head, output).
+__global__ void pool_distributions_kernel(const float* __restrict__ vertical, const float* __restrict__ slash,
+                                          int heads, int64_t tokens, int blocks, int block, bool two_sided,
+                                          float* __restrict__ vertical_blocks, float* __restrict__ slash_blocks) {
+  const int64_t offsets = two_sided ? 2 * int64_t(blocks) - 1 : blocks;
+  const int64_t diagonals = methods::diagonal_count(tokens, two_sided);
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= int64_t(heads) * offsets) return;
+  const int64_t head = item / offsets, index = item % offsets;
+  if (index < blocks) {
+    const int64_t first = index * block, last = min(tokens, first + block);
+    const float* distribution = vertical + head * tokens;
+    float sum = 0;
+    for (int64_t k = first; k < last; ++k) sum += distribution[k];
+    vertical_blocks[head * blocks + index] = sum;
+  }
+  const int64_t offset = methods::diagonal_offset(index, blocks, two_sided);
+  int64_t low, high;
+  if (offset > 0) {
+    low = offset * block;
+    high = low + block - 1;
+  } else if (offset < 0) {
+    high = offset * block;
+    low = high - block + 1;
+  } else {
+    low = two_sided ? -(block - 1) : 0;
+    high = block - 1;
+  }
+  low = max(low, two_sided ? -(tokens - 1) : int64_t(0));
+  high = min(high, tokens - 1);
+  const float* distribution = slash + head * diagonals;
+  float sum = 0;
+  for (int64_t delta = low; delta <= high; ++delta)
+    sum += distribution[methods::diagonal_index(delta, tokens, two_sided)];
+  slash_blocks[head * offsets + index] = sum;
+}
+
+// Per head of the group (one thread block each): h-th slices of these arrays.
+struct DecisionParams {
+  const float* query_mean;       // [heads, head_dim]
+  const float* key_means;        // [heads, blocks, head_dim]
+  float* estimate;               // [heads, blocks] scratch
+  float* vertical_blocks;        // [heads, blocks]; block 0 forced to +inf afterwards (when asked)
+  float* slash_blocks;           // [heads, offsets]; the main diagonal forced to +inf afterwards
+  const int64_t* vertical_tokens;  // [heads]: coverage counts of the vertical distribution
+  const int64_t* slash_tokens;     // [heads]: and of the slash distribution
+  int64_t* vertical_budget;      // [heads]: block budgets, out
+  int64_t* slash_budget;         // [heads]
+  uint8_t* query_aware;          // [heads]: out
+  int blocks = 0;
+  int64_t offsets = 0;
+  int head_dim = 0;
+  float scale = 0;
+  double tau = 0;
+  int budget_block = 0;
+  int64_t low = 0, vertical_high = 0, slash_high = 0;
+  int main_diagonal = 0;       // index of block offset 0
+  bool force_first_kblock = false;
+  bool zero_is_nan = false;
+};
+
+// p log(p / m) with 0 log 0 = 0, or NaN for p = 0 under the parity flag.
+__device__ inline double kl_term(double p, double mixture, bool zero_is_nan) {
+  if (p > 0) return p * log(p / mixture);
+  return zero_is_nan ? nan("") : 0.0;
+}
+
+// One block per head: the pooled estimate softmax(scale q_mean . K_means), its JS distance to the vertical
+// blocks, the query-aware flag and the two block budgets; then the forced vertical block and main diagonal.
+__global__ void decide_kernel(DecisionParams params) {
+  __shared__ double scratch[32];
+  const int64_t head = blockIdx.x;
+  const float* query_mean = params.query_mean + head * params.head_dim;
+  const float* key_means = params.key_means + head * params.blocks * params.head_dim;
+  float* estimate = params.estimate + head * params.blocks;
+  float* vertical_blocks = params.vertical_blocks + head * params.blocks;
+  double local_max = -INFINITY;
+  for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) {
+    float dot = 0;
+    for (int c = 0; c < params.head_dim; ++c) dot += query_mean[c] * key_means[int64_t(J) * params.head_dim + c];
+    estimate[J] = dot * params.scale;
+    local_max = fmax(local_max, double(estimate[J]));
+  }
+  const double top = block_reduce(local_max, double(-INFINITY), MaxOp{}, scratch);
+  double local_sum = 0;
+  for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) local_sum += exp(double(estimate[J]) - top);
+  const double total = block_reduce(local_sum, 0.0, SumOp{}, scratch);
+  double divergence = 0;
+  for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) {
+    const double p = exp(double(estimate[J]) - top) / total;
+    const double vertical = vertical_blocks[J];
+    const double mixture = 0.5 * (p + vertical);
+    divergence += 0.5 * kl_term(p, mixture, params.zero_is_nan) + 0.5 * kl_term(vertical, mixture, params.zero_is_nan);
+  }
+  divergence = block_reduce(divergence, 0.0, SumOp{}, scratch);
+  if (threadIdx.x != 0) return;
+  const double distance = sqrt(fmax(divergence, 0.0));
+  const bool query_aware = !isnan(divergence) && distance < params.tau;
+  params.query_aware[head] = query_aware ? 1 : 0;
+  params.vertical_budget[head] =
+      query_aware ? min(params.low, params.vertical_high)
+                  : methods::budget_blocks(params.vertical_tokens[head], params.budget_block, params.low,
+                                           params.vertical_high);
+  params.slash_budget[head] = query_aware ? min(params.low, params.slash_high)
+                                          : methods::budget_blocks(params.slash_tokens[head], params.budget_block,
+                                                                   params.low, params.slash_high);
+  if (params.force_first_kblock) vertical_blocks[0] = INFINITY;
+  params.slash_blocks[head * params.offsets + params.main_diagonal] = INFINITY;
+}
+
+__global__ void blocks_kernel(const uint8_t* __restrict__ vertical_flags, const uint8_t* __restrict__ slash_flags,
+                              int heads, int blocks, bool two_sided, uint8_t* __restrict__ dense) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= int64_t(heads) * blocks * blocks) return;
+  const int64_t offsets = two_sided ? 2 * int64_t(blocks) - 1 : blocks;
+  const int J = int(item % blocks), I = int((item / blocks) % blocks);
+  const int64_t head = item / (int64_t(blocks) * blocks);
+  const int64_t offset = int64_t(I) - J;
+  const bool on_slash = (two_sided || offset >= 0) &&
+                        slash_flags[head * offsets + methods::diagonal_index(offset, blocks, two_sided)];
+  if (vertical_flags[head * blocks + J] || on_slash) dense[item] = 1;
+}
+
+}  // namespace
+
+// Heads are scored one by one (the logits buffer is per head), then decided and selected a group at a time:
+// every selection launch runs one thread block per head in parallel (a query-aware head's global selection
+// over its 2,841^2 pooled map takes one SM tens of milliseconds).
+void run_flexprefill(RunContext& context) {
+  const FlexPrefillOptions& options = context.config.flexprefill;
+  const QkLayout& qk = context.qk;
+  const int64_t tokens = qk.tokens;
+  const int blocks = context.blocks, block = context.config.block, d = qk.head_dim;
+  const int representative = std::min(options.representative_blocks, blocks);
+  int sampled = 0;  // valid tokens of the representative blocks (all full except the sequence's last block)
+  for (int r = 0; r < representative; ++r) {
+    const int64_t first =
+        int64_t(methods::representative_block(r, representative, blocks, options.query_sample)) * block;
+    sampled += int(std::min<int64_t>(tokens, first + block) - first);
+  }
+  const int64_t diagonals = methods::diagonal_count(tokens, options.two_sided);
+  const int64_t offsets = options.two_sided ? 2 * int64_t(blocks) - 1 : blocks;
+  const int64_t map_entries = int64_t(blocks) * blocks;
+  const size_t per_head = (size_t(tokens) + size_t(diagonals) + 3 * size_t(blocks) + size_t(offsets) +
+                           size_t(d) * (2 * size_t(blocks) + 1) + size_t(map_entries)) * sizeof(float) +
+                          size_t(blocks) + size_t(offsets) + 5 * sizeof(int64_t);
+  const int group = head_group(context.mask_heads, per_head);
+  WorkspaceCarver& workspace = *context.workspace;
+  const SampledScratch scratch = carve_sampled_scratch(workspace, sampled, tokens, d);
+  float* vertical = workspace.take<float>(size_t(group) * tokens);
+  float* slash = workspace.take<float>(size_t(group) * diagonals);
+  float* vertical_blocks = workspace.take<float>(size_t(group) * blocks);
+  float* slash_blocks = workspace.take<float>(size_t(group) * offsets);
+  float* query_mean = workspace.take<float>(size_t(group) * d);
+  float* key_means = workspace.take<float>(size_t(group) * blocks * d);
+  float* query_means = workspace.take<float>(size_t(group) * blocks * d);
+  float* estimate = workspace.take<float>(size_t(group) * blocks);
+  float* block_map = workspace.take<float>(size_t(group) * map_entries);
+  int64_t* vertical_tokens = workspace.take<int64_t>(size_t(group));
+  int64_t* slash_tokens = workspace.take<int64_t>(size_t(group));
+  int64_t* vertical_budget = workspace.take<int64_t>(size_t(group));
+  int64_t* slash_budget = workspace.take<int64_t>(size_t(group));
+  uint8_t* query_aware = workspace.take<uint8_t>(size_t(group));
+  uint8_t* vertical_flags = workspace.take<uint8_t>(size_t(group) * blocks);
+  uint8_t* slash_flags = workspace.take<uint8_t>(size_t(group) * offsets);
+  if (context.measuring) return;
+
+  launch_sampled_positions(scratch.positions, sampled, tokens, options.query_sample, block, representative,
+                           context.stream);
+  const int64_t low = std::max<int64_t>(1, (options.min_budget + block - 1) / block);
+  const int64_t cap = options.max_budget > 0 ? (options.max_budget + block - 1) / block : INT64_MAX;
+  for (int first = 0; first < context.mask_heads; first += group) {
+    const int heads = std::min(group, context.mask_heads - first);
+    uint8_t* group_mask = context.dense + int64_t(first) * map_entries;
+    // Per head: the distributions, the mean sampled query, and the block means of K and Q.
+    for (int h = 0; h < heads; ++h) {
+      const int m = first + h;
+      score_sampled_queries(context, m, scratch, options.two_sided, 1.0f / float(sampled),
+                            vertical + int64_t(h) * tokens, slash + int64_t(h) * diagonals);
+      launch_row_mean(scratch.rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
+      PoolParams pool;
+      pool.rows = qk.k_head(m);
+      pool.token_stride = qk.k_token_stride;
+      pool.tokens = tokens;
+      pool.head_dim = d;
+      pool.block = block;
+      pool.element_type = qk.element_type;
+      pool.means = key_means + int64_t(h) * blocks * d;
+      launch_pool_blocks(pool, context.stream);
+      pool.rows = qk.q_head(m);
+      pool.token_stride = qk.q_token_stride;
+      pool.means = query_means + int64_t(h) * blocks * d;
+      launch_pool_blocks(pool, context.stream);
+    }
+    // Coverage counts: the longest prefix within gamma, plus the token that crosses it.
+    for (auto [values, length, counts] : {std::tuple{vertical, tokens, vertical_tokens},
+                                          std::tuple{slash, diagonals, slash_tokens}}) {
+      SelectParams coverage = row_selection(values, heads, length, nullptr);
+      coverage.rule = SelectRule::kWithinMass;
+      coverage.fraction = options.gamma;
+      coverage.add = 1;
+      coverage.counts_out = counts;
+      launch_select(coverage, context.stream);
+    }
+    pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets), kThreads, 0, context.stream>>>(
+        vertical, slash, heads, tokens, blocks, block, options.two_sided, vertical_blocks, slash_blocks);
+    WA_CUDA_CHECK(cudaGetLastError());
+
+    DecisionParams decision;
+    decision.query_mean = query_mean;
+    decision.key_means = key_means;
+    decision.estimate = estimate;
+    decision.vertical_blocks = vertical_blocks;
+    decision.slash_blocks = slash_blocks;
+    decision.vertical_tokens = vertical_tokens;
+    decision.slash_tokens = slash_tokens;
+    decision.vertical_budget = vertical_budget;
+    decision.slash_budget = slash_budget;
+    decision.query_aware = query_aware;
+    decision.blocks = blocks;
+    decision.offsets = offsets;
+    decision.head_dim = d;
+    decision.scale = float(context.scale);
+    decision.tau = options.tau;
+    decision.budget_block = options.budget_block_128 ? 128 : block;
+    decision.low = low;
+    decision.vertical_high = std::min<int64_t>(cap, blocks);
+    decision.slash_high = std::min<int64_t>(cap, offsets);
+    decision.main_diagonal = int(methods::diagonal_index(0, blocks, options.two_sided));
+    decision.force_first_kblock = options.force_first_kblock;
+    decision.zero_is_nan = options.js_nan_is_vertical_slash;
+    decide_kernel<<<unsigned(heads), kThreads, 0, context.stream>>>(decision);
+    WA_CUDA_CHECK(cudaGetLastError());
+
+    // The top vertical blocks and block diagonals of each head's budgets, as blocks of the mask.
+    WA_CUDA_CHECK(cudaMemsetAsync(vertical_flags, 0, size_t(heads) * blocks, context.stream));
+    WA_CUDA_CHECK(cudaMemsetAsync(slash_flags, 0, size_t(heads) * offsets, context.stream));
+    SelectParams top_vertical = row_selection(vertical_blocks, heads, blocks, vertical_flags);
+    top_vertical.counts = vertical_budget;
+    launch_select(top_vertical, context.stream);
+    SelectParams top_slash = row_selection(slash_blocks, heads, offsets, slash_flags);
+    top_slash.counts = slash_budget;
+    launch_select(top_slash, context.stream);
+    blocks_kernel<<<grid_for(int64_t(heads) * map_entries), kThreads, 0, context.stream>>>(
+        vertical_flags, slash_flags, heads, blocks, options.two_sided, group_mask);
+    WA_CUDA_CHECK(cudaGetLastError());
+
+    // Query-aware heads: the pooled block map's global coverage of gamma x query blocks (crossing excluded).
+    gemm_fp32_nt(context.blas, blocks, blocks, d, float(context.scale), query_means, d, int64_t(blocks) * d,
+                 key_means, d, int64_t(blocks) * d, block_map, blocks, map_entries, heads);
+    launch_row_softmax(block_map, blocks, blocks, int64_t(heads) * blocks, context.stream);
+    SelectParams global = row_selection(block_map, heads, map_entries, group_mask);
+    global.rule = SelectRule::kWithinMass;
+    global.fraction = options.gamma;
+    global.enabled = query_aware;
+    launch_select(global, context.stream);
+  }
+}
+
+}  // namespace wavealign::cuda::masks

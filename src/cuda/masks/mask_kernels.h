@@ -1,0 +1,240 @@
+// Internal interface of the GPU mask generators: the workspace carver, the run context, the shared device
+// steps (one launcher each; every launcher only enqueues on the stream) and the per-method entry points.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wavealign/methods.h"
+
+struct cublasContext;
+
+namespace wavealign::cuda::masks {
+
+using BlasHandle = cublasContext*;
+
+/// Carves 256-byte aligned regions out of one workspace. With a null base it only measures: the same
+/// sequence of take() calls gives the size (workspace_bytes) and the pointers (run), so they cannot disagree.
+class WorkspaceCarver {
+ public:
+  explicit WorkspaceCarver(void* base) : base_(static_cast<char*>(base)) {}
+  template <class T>
+  T* take(size_t count) {
+    const size_t offset = used_;
+    used_ += (count * sizeof(T) + 255) / 256 * 256;
+    return base_ ? reinterpret_cast<T*>(base_ + offset) : nullptr;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+/// Q and K of one run with every stride resolved (elements), and where each head starts.
+struct QkLayout {
+  const uint16_t* q = nullptr;  // bf16 or fp16 bit patterns
+  const uint16_t* k = nullptr;
+  ElementType element_type = ElementType::kBf16;
+  int batch = 1, heads = 0;
+  int64_t tokens = 0;
+  int head_dim = 0;
+  int64_t q_batch_stride = 0, q_head_stride = 0, q_token_stride = 0;
+  int64_t k_batch_stride = 0, k_head_stride = 0, k_token_stride = 0;
+  /// Mask head m = b * heads + h.
+  const uint16_t* q_head(int m) const { return q + (m / heads) * q_batch_stride + (m % heads) * q_head_stride; }
+  const uint16_t* k_head(int m) const { return k + (m / heads) * k_batch_stride + (m % heads) * k_head_stride; }
+};
+
+/// Everything one method's run reads. `workspace` is a measuring carver when measuring is true (then no
+/// pointer may be dereferenced and nothing is launched).
+struct RunContext {
+  const MethodConfig& config;
+  QkLayout qk;
+  int mask_heads = 0;
+  int blocks = 0;      // MB = NB of the output
+  double scale = 0;    // softmax scale of the scoring products
+  uint8_t* dense = nullptr;  // [mask_heads, blocks, blocks], zeroed before the method runs
+  BlasHandle blas = nullptr;
+  cudaStream_t stream = nullptr;
+  WorkspaceCarver* workspace = nullptr;
+  bool measuring = false;
+};
+
+/// Heads that MInference and FlexPrefill score one by one and then select together (one thread block per head
+/// in each selection launch): as many as fit kHeadGroupBytes of their per-head buffers (all 40 heads of a
+/// Wan2.1-14B layer: FlexPrefill's query-aware maps are 32 MB per head at 2,841 blocks).
+constexpr size_t kHeadGroupBytes = size_t(2) << 30;
+inline int head_group(int mask_heads, size_t per_head_bytes) {
+  const size_t fitting = per_head_bytes > 0 ? kHeadGroupBytes / per_head_bytes : size_t(mask_heads);
+  return int(fitting < 1 ? 1 : (fitting > size_t(mask_heads) ? size_t(mask_heads) : fitting));
+}
+
+// ---- the methods (xattention.cu, sparge.cu, minference.cu, flexprefill.cu) ----
+void run_xattention(RunContext& context);
+void run_sparge(RunContext& context);
+void run_minference(RunContext& context);
+void run_flexprefill(RunContext& context);
+
+// ---- select.cu: the per-segment selection of every method ----
+enum class SelectRule {
+  kTopCount,    ///< the first `count` elements of the descending order
+  kReachMass,   ///< the shortest prefix whose sum reaches fraction x the segment total (crossing included)
+  kWithinMass,  ///< the longest prefix whose sum stays <= fraction x the segment total (crossing excluded)
+};
+/// Segment s holds values[s * value_stride + i], i < length; the order is descending value, ties to the lower
+/// index. The count of the rule is then adjusted: count = min(max(count + add, min_count), length), 0 for a
+/// segment whose `enabled` byte is 0. Mass rules need finite values >= 0 (summed exactly as multiples of
+/// 2^-40); a fraction >= 1 keeps the whole segment.
+struct SelectParams {
+  const float* values = nullptr;
+  int64_t value_stride = 0;
+  int64_t length = 0;
+  int segments = 0;
+  SelectRule rule = SelectRule::kTopCount;
+  int64_t count = 0;                  // kTopCount: the count of every segment, unless `counts` is set
+  const int64_t* counts = nullptr;    // kTopCount: per-segment counts (device)
+  double fraction = 0;                // mass rules
+  int64_t add = 0;
+  int64_t min_count = 0;
+  const uint8_t* enabled = nullptr;   // per segment, may be null (all enabled)
+  int64_t* counts_out = nullptr;      // the adjusted count per segment, may be null
+  uint8_t* flags = nullptr;           // selected element i of segment s: flags[s * flag_stride + i] = 1 when
+  int64_t flag_stride = 0;            //   i < flag_limit (others untouched); may be null (counts only)
+  int64_t flag_limit = 0;
+};
+void launch_select(const SelectParams& params, cudaStream_t stream);
+/// A selection over `segments` rows of `length` contiguous values, flags (may be null) in rows of the same
+/// length; the caller sets the rule and its fields.
+inline SelectParams row_selection(const float* values, int segments, int64_t length, uint8_t* flags) {
+  SelectParams params;
+  params.values = values;
+  params.value_stride = length;
+  params.length = length;
+  params.segments = segments;
+  params.flags = flags;
+  params.flag_stride = length;
+  params.flag_limit = length;
+  return params;
+}
+
+// ---- scores.cu: softmax statistics and the sums the methods pool ----
+/// Per row r of logits[r * stride + j], j < length: the row max and sum of exp(x - max), in fp32.
+void launch_row_softmax_stats(const float* logits, int64_t stride, int64_t length, int64_t rows, float* row_max,
+                              float* row_sum, cudaStream_t stream);
+/// Per row, logits become probabilities exp(x - max) / sum in place; entries at -inf become 0.
+void launch_row_softmax(float* logits, int64_t stride, int64_t length, int64_t rows, cudaStream_t stream);
+/// Per row segment s of `rows` rows (rows of segment s start at s * rows): out[s * tokens + k] = weight x sum
+/// over rows r of P[r, k], P = exp(logit - max_r) / sum_r.
+void launch_column_sums(const float* logits, int64_t stride, int64_t tokens, int rows, int segments,
+                        const float* row_max, const float* row_sum, float weight, float* out, cudaStream_t stream);
+/// The same rows scored along diagonals: out[s * diagonals + t] = weight x sum over rows r of P[r, q_r - delta],
+/// delta = diagonal_offset(t), q_r = queries[s * rows + r], over the valid keys.
+void launch_diagonal_sums(const float* logits, int64_t stride, int64_t tokens, int rows, int segments,
+                          const float* row_max, const float* row_sum, const int64_t* queries, bool two_sided,
+                          float weight, float* out, cudaStream_t stream);
+
+// ---- sampled.cu: the column and diagonal scores of sampled queries (MInference, FlexPrefill) ----
+/// Scratch of score_sampled_queries for `count` sampled rows: their gathered rows, a chunk of logits rows,
+/// and the row statistics.
+struct SampledScratch {
+  int64_t* positions = nullptr;  // [count]: written by the caller (launch_sampled_positions)
+  uint16_t* rows = nullptr;      // [count, head_dim]
+  float* logits = nullptr;       // [chunk_rows, ld]
+  float* row_max = nullptr;      // [count]
+  float* row_sum = nullptr;
+  int count = 0;
+  int chunk_rows = 0;
+  int64_t ld = 0;
+};
+SampledScratch carve_sampled_scratch(WorkspaceCarver& workspace, int count, int64_t tokens, int head_dim);
+/// positions[r] for r < count: sampled query r of MInference (block = 0) or the r-th valid token of the
+/// representative blocks of FlexPrefill (block > 0, `representative` blocks of that size).
+void launch_sampled_positions(int64_t* positions, int count, int64_t tokens, QuerySample sample, int block,
+                              int representative, cudaStream_t stream);
+/// Head m's sampled rows score every key: softmax rows in fp32, then columns[k] = weight x the sum over rows
+/// of P[r, k] ([tokens]) and diagonals[t] = weight x the sum of P[r, q_r - delta_t] ([diagonal_count]),
+/// both overwritten. Chunks of rows share the logits buffer.
+void score_sampled_queries(RunContext& context, int m, const SampledScratch& scratch, bool two_sided, float weight,
+                           float* columns, float* diagonals);
+
+// ---- pooling.cu: block means and the self-similarity test, straight from one head's bf16/fp16 rows ----
+/// Per block of `block` rows: the mean row (fp32 [blocks, head_dim]) and, when `similar` is set, whether the
+/// mean cosine of all row pairs (diagonal included) exceeds theta; `shift` (fp32 [head_dim], may be null) is
+/// subtracted from every row first; with partial_not_similar a partial last block is never similar.
+struct PoolParams {
+  const uint16_t* rows = nullptr;
+  int64_t token_stride = 0;
+  int64_t tokens = 0;
+  int head_dim = 0;
+  int block = 0;
+  ElementType element_type = ElementType::kBf16;
+  const float* shift = nullptr;
+  float* means = nullptr;
+  float theta = 0;
+  uint8_t* similar = nullptr;
+  bool partial_not_similar = false;
+};
+void launch_pool_blocks(const PoolParams& params, cudaStream_t stream);
+/// The mean of one head's rows over the whole sequence (fp32 [head_dim]); `partial` holds
+/// sequence_mean_partials(tokens) x head_dim floats of scratch.
+int64_t sequence_mean_partials(int64_t tokens);
+void launch_sequence_mean(const PoolParams& params, float* partial, float* mean, cudaStream_t stream);
+/// Copies rows positions[r] (r < count) of one head into out[r, :] (contiguous, same element type).
+void launch_gather_rows(const uint16_t* rows, int64_t token_stride, int head_dim, const int64_t* positions,
+                        int count, uint16_t* out, cudaStream_t stream);
+/// The mean of `count` contiguous rows of `dim` 16-bit values, fp32 [dim] (rows in order).
+void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream);
+
+// ---- blas.cu: the scoring products on cuBLAS ----
+/// C[b][i, j] = alpha * sum_c A[b][i, c] B[b][j, c] for b < batch (row-major A [m, k], B [n, k], C [m, n]
+/// with leading dimensions lda, ldb, ldc and batch strides), 16-bit inputs of `type`, fp32 output and sum.
+void gemm_16bit_nt(BlasHandle blas, ElementType type, int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t* a, int64_t lda, int64_t a_batch, const uint16_t* b, int64_t ldb, int64_t b_batch,
+                   float* c, int64_t ldc, int64_t c_batch, int batch);
+/// The same product in fp32 (pooled rows).
+void gemm_fp32_nt(BlasHandle blas, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  int64_t a_batch, const float* b, int64_t ldb, int64_t b_batch, float* c, int64_t ldc,
+                  int64_t c_batch, int batch);
+/// Bytes of the workspace cuBLAS gets (cublasSetWorkspace), so that it never allocates during a run.
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+
+// ---- output.cu: mask assembly and the CSR ----
+/// dense[m, I, J] |= native[m, i, j] for the native blocks (i, j) that overlap output block (I, J)
+/// (overlapping_blocks), over every mask head. native is [mask_heads, native_q, native_k] bytes.
+void launch_resample(const uint8_t* native, int native_q, int native_k, BlockShape native_block, int mask_heads,
+                     int blocks, int block, uint8_t* dense, cudaStream_t stream);
+/// The vertical/slash blocks of one group of heads: dense[m, I, J] = 1 when kept_column_block[m, J] or a kept
+/// diagonal crosses (I, J): kept_prefix is the inclusive prefix count of the kept diagonal flags of head m
+/// (int32 [diagonals] per head, in diagonal index order).
+void launch_blockify(const uint8_t* kept_column_block, const int32_t* kept_prefix, int64_t tokens, bool two_sided,
+                     int heads, int blocks, int block, uint8_t* dense, cudaStream_t stream);
+/// out[m, J] = 1 when any flag of key block J's tokens is set (flags [heads, tokens]).
+void launch_column_blocks(const uint8_t* token_flags, int64_t tokens, int heads, int blocks, int block,
+                          uint8_t* out, cudaStream_t stream);
+/// Inclusive prefix counts of byte flags, per segment of `length` (one block per segment).
+void launch_prefix(const uint8_t* flags, int64_t length, int segments, int32_t* out, cudaStream_t stream);
+/// Every byte of `count` set to 1.
+void launch_fill_ones(uint8_t* out, int64_t count, cudaStream_t stream);
+/// map[r * columns + column] = 1 for every row r < rows.
+void launch_set_column(uint8_t* map, int64_t rows, int columns, int column, cudaStream_t stream);
+
+/// Scratch of the CSR: the bit-packed rows, row NNZ, the identity permutation and the plan's scan storage.
+struct CsrScratch {
+  uint64_t* bits = nullptr;
+  int32_t* row_nnz = nullptr;
+  int32_t* identity = nullptr;
+  int64_t* counts = nullptr;
+  void* scan_temp = nullptr;
+  size_t scan_temp_bytes = 0;
+};
+CsrScratch carve_csr_scratch(WorkspaceCarver& workspace, int heads, int blocks);
+/// Throws Error if CUB asks for more scan storage than the reserved bound (needs a device).
+void check_csr_scratch(const CsrScratch& scratch, int heads, int blocks);
+/// The dense mask [heads, blocks, blocks] as CSR (row_ptr complete, at most `capacity` column indices).
+void launch_csr(const uint8_t* dense, int heads, int blocks, const CsrScratch& scratch, int64_t* row_ptr,
+                int32_t* col_idx, int64_t capacity, cudaStream_t stream);
+
+}  // namespace wavealign::cuda::masks

@@ -1,0 +1,165 @@
+// Block means and self-similarity (SpargeAttn, FlexPrefill), the sequence mean of K (SpargeAttn's smoothing)
+// and row gathers of the sampled queries, read straight from the bf16/fp16 tensors with their strides. Sums
+// run in a fixed order, so results are deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention/cuda_check.h"
+#include "cuda/masks/mask_kernels.h"
+
+namespace wavealign::cuda::masks {
+namespace {
+
+constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+constexpr int kPoolWarps = 4;
+constexpr int kMaxLaneColumns = 8;  // head_dim <= 256 = 8 columns per lane
+constexpr int64_t kMeanChunkTokens = 512;  // 711 blocks per head at 363,600 tokens
+
+__device__ inline float to_float(uint16_t bits, ElementType type) {
+  if (type == ElementType::kBf16) return __uint_as_float(uint32_t(bits) << 16);
+  return __half2float(__ushort_as_half(bits));
+}
+
+// One block of 4 warps per pooled block: warp w takes rows w, w + 4, ...; lane l holds columns l + 32 e. The
+// sum of the normalised rows gives the self-similarity: the mean of all pairwise cosines (diagonal included)
+// is |sum of unit rows|^2 / n^2. A zero row normalises to zero.
+__global__ void pool_kernel(PoolParams params) {
+  __shared__ float sums[kPoolWarps][256];
+  __shared__ float units[kPoolWarps][256];
+  __shared__ float similarity_parts[kPoolWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int block = blockIdx.x, d = params.head_dim;
+  const int64_t first = int64_t(block) * params.block;
+  const int64_t last = first + params.block < params.tokens ? first + params.block : params.tokens;
+  float sum[kMaxLaneColumns] = {}, unit[kMaxLaneColumns] = {}, x[kMaxLaneColumns];
+  for (int64_t t = first + warp; t < last; t += kPoolWarps) {
+    const uint16_t* row = params.rows + t * params.token_stride;
+    float norm = 0;
+#pragma unroll
+    for (int e = 0; e < kMaxLaneColumns; ++e) {
+      const int c = lane + 32 * e;
+      x[e] = 0;
+      if (c < d) {
+        x[e] = to_float(row[c], params.element_type) - (params.shift ? params.shift[c] : 0.0f);
+        norm += x[e] * x[e];
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
+    const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < kMaxLaneColumns; ++e) {
+      sum[e] += x[e];
+      unit[e] += x[e] * inverse;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kMaxLaneColumns; ++e) {
+    const int c = lane + 32 * e;
+    if (c < 256) {
+      sums[warp][c] = sum[e];
+      units[warp][c] = unit[e];
+    }
+  }
+  __syncthreads();
+  const float n = float(last - first);
+  float part = 0;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float total = 0, unit_total = 0;
+    for (int w = 0; w < kPoolWarps; ++w) {
+      total += sums[w][c];
+      unit_total += units[w][c];
+    }
+    params.means[int64_t(block) * d + c] = total / n;
+    part += unit_total * unit_total;
+  }
+  if (params.similar == nullptr) return;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullWarp, part, offset);
+  if (lane == 0) similarity_parts[warp] = part;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float similarity = 0;
+    for (int w = 0; w < kPoolWarps; ++w) similarity += similarity_parts[w];
+    similarity /= n * n;
+    const bool partial = last - first < params.block;
+    params.similar[block] = similarity > params.theta && !(params.partial_not_similar && partial);
+  }
+}
+
+// Column sums of one chunk of tokens (thread c of the block sums column c over the chunk's rows in order).
+__global__ void mean_partial_kernel(PoolParams params, float* __restrict__ partial) {
+  const int64_t first = int64_t(blockIdx.x) * kMeanChunkTokens;
+  const int64_t last = first + kMeanChunkTokens < params.tokens ? first + kMeanChunkTokens : params.tokens;
+  for (int c = threadIdx.x; c < params.head_dim; c += blockDim.x) {
+    float sum = 0;
+    for (int64_t t = first; t < last; ++t)
+      sum += to_float(params.rows[t * params.token_stride + c], params.element_type);
+    partial[int64_t(blockIdx.x) * params.head_dim + c] = sum;
+  }
+}
+
+__global__ void mean_finish_kernel(const float* __restrict__ partial, int chunks, int head_dim, int64_t tokens,
+                                   float* __restrict__ mean) {
+  for (int c = threadIdx.x; c < head_dim; c += blockDim.x) {
+    double sum = 0;
+    for (int chunk = 0; chunk < chunks; ++chunk) sum += partial[int64_t(chunk) * head_dim + c];
+    mean[c] = float(sum / double(tokens));
+  }
+}
+
+__global__ void gather_kernel(const uint16_t* __restrict__ rows, int64_t token_stride, int head_dim,
+                              const int64_t* __restrict__ positions, int count, uint16_t* __restrict__ out) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= int64_t(count) * head_dim) return;
+  const int r = int(item / head_dim), c = int(item % head_dim);
+  out[item] = rows[positions[r] * token_stride + c];
+}
+
+__global__ void row_mean_kernel(const uint16_t* __restrict__ rows, int count, int dim, ElementType type,
+                                float* __restrict__ out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  double sum = 0;
+  for (int r = 0; r < count; ++r) sum += to_float(rows[int64_t(r) * dim + c], type);
+  out[c] = float(sum / count);
+}
+
+}  // namespace
+
+void launch_pool_blocks(const PoolParams& params, cudaStream_t stream) {
+  const int64_t blocks = (params.tokens + params.block - 1) / params.block;
+  if (blocks <= 0) return;
+  pool_kernel<<<unsigned(blocks), kPoolWarps * 32, 0, stream>>>(params);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t sequence_mean_partials(int64_t tokens) { return (tokens + kMeanChunkTokens - 1) / kMeanChunkTokens; }
+
+void launch_sequence_mean(const PoolParams& params, float* partial, float* mean, cudaStream_t stream) {
+  const int64_t chunks = sequence_mean_partials(params.tokens);
+  if (chunks <= 0) return;
+  mean_partial_kernel<<<unsigned(chunks), 256, 0, stream>>>(params, partial);
+  WA_CUDA_CHECK(cudaGetLastError());
+  mean_finish_kernel<<<1, 256, 0, stream>>>(partial, int(chunks), params.head_dim, params.tokens, mean);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_gather_rows(const uint16_t* rows, int64_t token_stride, int head_dim, const int64_t* positions,
+                        int count, uint16_t* out, cudaStream_t stream) {
+  const int64_t items = int64_t(count) * head_dim;
+  if (items <= 0) return;
+  gather_kernel<<<unsigned((items + 255) / 256), 256, 0, stream>>>(rows, token_stride, head_dim, positions, count, out);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream) {
+  if (count <= 0 || dim <= 0) return;
+  row_mean_kernel<<<unsigned((dim + 127) / 128), 128, 0, stream>>>(rows, count, dim, type, out);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace wavealign::cuda::masks

@@ -1,0 +1,56 @@
+"""`wavealign bench`: the fused kernel on a mask in the original and the recommended order, next to the
+simulator's prediction. Without a GPU (CI) it says so and prints the prediction alone; with one the measured
+columns are filled (the H200 run checks those)."""
+import json
+
+import numpy as np
+import pytest
+
+SMALL = ("--frames", "9", "--heads", "1")
+
+
+def test_bench_names_the_device_or_says_there_is_none(cli):
+    out = cli("bench", *SMALL).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("workload: wan2.1-14b 9 frames, video mask")
+    assert lines[1].startswith("device: ")
+    rows = [line.split() for line in lines if line.startswith("wavealign-kernel")]
+    assert [row[1] for row in rows][0] == "original"
+    if lines[1].startswith("device: none"):
+        assert "the simulator's prediction only" in lines[1]
+        assert all(row[2] == "-" and row[3] == "-" for row in rows)  # nothing measured
+        assert all(float(row[5]) > 0 for row in rows)  # predicted ms
+    else:
+        assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows)
+    assert lines[-1].startswith("recommendation: ")
+
+
+def test_bench_json_compares_the_recommended_order_with_the_original(cli):
+    out = json.loads(cli("bench", *SMALL, "--json").stdout)
+    recommended = out["recommendation"]["order"]
+    kernel = [row for row in out["results"] if row["impl"] == "wavealign-kernel"]
+    assert [row["order"] for row in kernel] == (["original"] if recommended == "original" else
+                                                ["original", recommended])
+    assert kernel[0]["predicted_speedup"] == 1.0
+    for row in kernel:
+        assert row["predicted_ms"] > 0
+        if out["device"] is None:
+            assert out["no_device"] and row["ms"] is None and row["tflops"] is None and row["speedup"] is None
+        else:
+            assert row["ms"] > 0 and row["tflops"] > 0 and row["speedup"] > 0
+
+
+def test_bench_takes_an_order_and_a_mask_file(cli, tmp_path):
+    mask = np.random.default_rng(0).random((2, 60, 60)) < 0.3
+    np.save(tmp_path / "mask.npy", mask)
+    out = json.loads(cli("bench", "--mask", tmp_path / "mask.npy", "--order", "s2", "--json").stdout)
+    assert out["workload"]["mask"] == "file" and out["workload"]["heads"] == 2
+    assert [row["order"] for row in out["results"] if row["impl"] == "wavealign-kernel"] == ["original", "s2"]
+
+
+@pytest.mark.parametrize("flag,value", [("--iters", "0"), ("--warmup-ms", "nan"), ("--warmup-ms", "-1"),
+                                        ("--head-dim", "96"), ("--l2", "hot"), ("--peers", "some"),
+                                        ("--order", "sideways")])
+def test_bench_refuses_bad_flags_naming_them(cli, flag, value):
+    result = cli("bench", *SMALL, flag, value, check=False)
+    assert result.returncode == 2 and flag in result.stderr, result.stderr

@@ -1,0 +1,131 @@
+// The GPU selection's bisection (core/methods/selection_rule.h) run on the host, step for step as the device
+// runs it, against the CPU references' sort-based rules: random segments with many ties, zeros, +inf and
+// negative values, every rule, counts that split ties. Values are multiples of 2^-12, so fp64 prefix sums
+// and the 2^-40 fixed-point sums are both exact and the two must agree exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/methods/select.h"
+#include "core/methods/selection_rule.h"
+
+namespace wavealign::methods {
+namespace {
+
+// The device kernel's sequence with loops for tallies: the kept flags of one segment.
+std::vector<uint8_t> bisection_select(const std::vector<float>& values, bool mass, bool reach, double fraction,
+                                      int64_t count_in) {
+  const int64_t length = int64_t(values.size());
+  auto at_least = [&](uint32_t key, bool with_mass) {
+    Tally tally;
+    for (float value : values)
+      if (order_key(value) >= key) {
+        ++tally.count;
+        if (with_mass) tally.mass += mass_units(value);
+      }
+    return tally;
+  };
+  auto count_at_least = [&](uint32_t key) { return at_least(key, false).count; };
+  Boundary boundary;
+  int64_t count = count_in;
+  if (mass) {
+    const unsigned long long total = fraction >= 1 ? 0ull : at_least(0u, true).mass;
+    boundary = mass_boundary(at_least, length, total, fraction, reach);
+    count = boundary.count;
+  }
+  std::vector<uint8_t> flags(values.size(), 0);
+  if (count == 0) return flags;
+  if (count >= length) return std::vector<uint8_t>(values.size(), 1);
+  if (locates(boundary, count)) {
+    boundary.count = count;
+  } else {
+    boundary = count_boundary(count_at_least, count);
+  }
+  auto ties_below = [&](int64_t index) {
+    unsigned long long ties = 0;
+    for (int64_t i = 0; i < index && i < length; ++i) ties += order_key(values[i]) == boundary.key;
+    return ties;
+  };
+  const int64_t last_tie = last_kept_tie(ties_below, length, boundary);
+  for (int64_t i = 0; i < length; ++i) flags[i] = kept(boundary, last_tie, i, order_key(values[i]));
+  return flags;
+}
+
+std::vector<uint8_t> sorted_select(const std::vector<float>& values, bool mass, bool reach, double fraction,
+                                   int64_t count) {
+  const std::vector<double> wide(values.begin(), values.end());
+  const std::vector<int64_t> order = descending_order(wide);
+  if (mass) {
+    double total = 0;
+    for (double value : wide) total += value;
+    count = fraction >= 1
+                ? int64_t(values.size())
+                : (reach ? count_reaching(wide, order, fraction * total) : count_within(wide, order, fraction * total));
+  }
+  std::vector<uint8_t> flags(values.size(), 0);
+  for (int64_t p = 0; p < count; ++p) flags[order[p]] = 1;
+  return flags;
+}
+
+std::vector<float> random_segment(std::mt19937& rng, int length, int distinct, bool signed_values, bool infinities) {
+  std::vector<float> levels(distinct);
+  for (float& level : levels) level = float(rng() % 4096) / 4096.0f;  // multiples of 2^-12 in [0, 1)
+  std::vector<float> values(length);
+  for (float& value : values) {
+    value = levels[rng() % distinct];
+    if (signed_values && rng() % 3 == 0) value = -value;
+    if (infinities && rng() % 17 == 0) value = INFINITY;
+  }
+  return values;
+}
+
+TEST(SelectionRule, OrderKeysSortLikeTheValues) {
+  const std::vector<float> ascending{-INFINITY, -2.5f, -1e-30f, 0.0f, 1e-30f, 0.25f, 3.0f, INFINITY};
+  for (size_t i = 1; i < ascending.size(); ++i) EXPECT_LT(order_key(ascending[i - 1]), order_key(ascending[i]));
+  for (float value : ascending) EXPECT_EQ(key_value(order_key(value)), value);
+  EXPECT_EQ(mass_units(1.0f), 1ull << 40);
+  EXPECT_EQ(mass_units(0.75f), 3ull << 38);
+}
+
+TEST(SelectionRule, MassRulesMatchTheSortedPrefixes) {
+  std::mt19937 rng(20260);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int length = 1 + int(rng() % 300);
+    const int distinct = 1 + int(rng() % 12);  // few levels: many ties, also at the crossing
+    const std::vector<float> values = random_segment(rng, length, distinct, false, false);
+    for (double fraction : {0.05, 0.3, 0.5, 0.9, 0.98, 1.0}) {
+      for (bool reach : {true, false}) {
+        EXPECT_EQ(bisection_select(values, true, reach, fraction, 0), sorted_select(values, true, reach, fraction, 0))
+            << "trial " << trial << " length " << length << " fraction " << fraction << (reach ? " reach" : " within");
+      }
+    }
+  }
+}
+
+TEST(SelectionRule, CountsSplitTiesToTheLowerIndex) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int length = 1 + int(rng() % 500);
+    const std::vector<float> values = random_segment(rng, length, 1 + int(rng() % 6), true, true);
+    for (int64_t count : {int64_t(1), int64_t(length / 3), int64_t(length / 2), int64_t(length - 1)}) {
+      if (count <= 0) continue;
+      EXPECT_EQ(bisection_select(values, false, false, 0, count), sorted_select(values, false, false, 0, count))
+          << "trial " << trial << " length " << length << " count " << count;
+    }
+  }
+}
+
+TEST(SelectionRule, AllZeroSegmentsAndSingleValues) {
+  const std::vector<float> zeros(10, 0.0f);
+  EXPECT_EQ(bisection_select(zeros, true, false, 0.5, 0), std::vector<uint8_t>(10, 1));  // never exceeded: all
+  EXPECT_EQ(bisection_select(zeros, false, false, 0, 3), sorted_select(zeros, false, false, 0, 3));
+  const std::vector<float> one{0.5f};
+  EXPECT_EQ(bisection_select(one, true, true, 0.9, 0), std::vector<uint8_t>{1});
+  EXPECT_EQ(bisection_select(one, true, false, 0.9, 0), std::vector<uint8_t>{0});
+}
+
+}  // namespace
+}  // namespace wavealign::methods

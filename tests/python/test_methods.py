@@ -1,0 +1,186 @@
+"""wavealign.methods: the four mask generators and the adapters from the methods' own formats.
+
+CPU: numpy and torch CPU inputs give one mask in their framework, shapes fold [B, H] into the mask's heads,
+masks feed wavealign.plan and sparse_attention directly, options reach the C++ generators (hand-checked
+XAttention case), bad arguments raise ValueError naming them. Adapters: SpargeAttn's 64x128 map OR-reduced,
+XAttention's mask repeated to 64-token blocks, MInference's index lists as blocks, each against numpy.
+GPU (skipped without a CUDA device): bf16 CUDA inputs give a CUDA bool mask equal to the CPU reference on the
+same bf16 values, up to near-ties of the fp32 scores (at most 0.2 % of the blocks, docs/methods.md), that
+plans on the GPU and runs the kernel.
+"""
+
+import numpy as np
+import pytest
+
+import wavealign
+from wavealign import methods
+
+METHODS = [methods.xattention, methods.sparge, methods.minference, methods.flexprefill]
+
+
+def clustered(batch, heads, tokens, dim, seed=0):
+    """Runs of 24 tokens share one of 6 directions in Q and K (content-dependent attention), plus noise."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(rng.integers(0, 6, size=(batch, heads, -(-tokens // 24))), 24, axis=-1)[..., :tokens]
+    directions = rng.standard_normal((batch, heads, 6, dim))
+    shared = np.take_along_axis(directions, labels[..., None].repeat(dim, axis=-1), axis=2)
+    q = (shared + rng.standard_normal(shared.shape)).astype(np.float32)
+    k = (shared + rng.standard_normal(shared.shape)).astype(np.float32)
+    return q, k
+
+
+@pytest.mark.parametrize("generate", METHODS, ids=lambda f: f.__name__)
+def test_numpy_and_torch_cpu_give_one_mask(generate):
+    torch = pytest.importorskip("torch")
+    q, k = clustered(2, 2, 700, 32)
+    mask = generate(q, k, block_size=64)
+    assert isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (4, 11, 11)
+    assert 0 < mask.mean() <= 1
+    same = generate(torch.from_numpy(q), torch.from_numpy(k), block_size=64)
+    assert isinstance(same, torch.Tensor) and same.dtype == torch.bool
+    assert (same.numpy() == mask).all()
+    three_d = generate(q[0], k[0], block_size=64)
+    assert three_d.shape == (2, 11, 11) and (three_d == mask[:2]).all()
+
+
+def test_masks_feed_plan_and_sparse_attention():
+    q, k = clustered(1, 2, 512, 32)
+    v = np.random.default_rng(1).standard_normal(q.shape).astype(np.float32)
+    for generate in METHODS:
+        mask = generate(q, k, block_size=64)
+        plan = wavealign.plan(mask, block_size=64, skip="never")
+        out = wavealign.sparse_attention(q, k, v, plan)
+        assert plan.heads == 2 and out.shape == q.shape and np.isfinite(out).all()
+
+
+def test_xattention_uniform_scores_keep_the_lower_blocks_of_a_tie():
+    # Q = 0: every block holds a quarter of each row; threshold 0.5 keeps blocks 0 and 1 (C++ reference test).
+    q = np.zeros((1, 64, 4), np.float32)
+    mask = methods.xattention(q, q, threshold=0.5, stride=4, block_size=16, force_first_kblock=False)
+    assert (mask[0] == np.array([[1, 1, 0, 0]] * 4, bool)).all()
+    dense = methods.xattention(q, q, threshold=0.5, stride=4, block_size=16, force_dense=True)
+    assert dense.all()
+
+
+def test_per_head_options_and_parity_flags_change_the_mask():
+    q, k = clustered(1, 2, 900, 32, seed=2)
+    low_high = methods.xattention(q, k, threshold=[0.3, 0.99], block_size=64, force_first_kblock=False)
+    assert low_high[0].sum() < low_high[1].sum()
+    plain = methods.sparge(q, k, simthreshd1=0.5, cdfthreshd=0.5, block_size=128, native_block=(128, 128),
+                           smooth_k=False)
+    parity = methods.sparge(q, k, simthreshd1=0.5, cdfthreshd=0.5, block_size=128, native_block=(128, 128),
+                            smooth_k=False, nan_dense_partial_blocks=True)
+    assert parity[:, -1, :].all() and parity.sum() >= plain.sum()
+    topk = methods.sparge(q, k, simthreshd1=-1, topk=0.25, block_size=64, native_block=(64, 64))
+    assert (topk.sum(axis=-1) >= 3).all()  # floor(0.25 x 15) = 3 per row
+
+
+def test_bad_arguments_name_themselves():
+    q, k = clustered(1, 2, 256, 16)
+    cases = [
+        (lambda: methods.xattention(q, k, stride=3), "stride"),
+        (lambda: methods.xattention(q, k, stride="8"), "stride"),
+        (lambda: methods.xattention(q, k, threshold=[0.9, 0.9, 0.9]), "threshold"),
+        (lambda: methods.xattention(q, k, threshold="high"), "threshold"),
+        (lambda: methods.xattention(q, k, block_size=96), "block"),
+        (lambda: methods.sparge(q, k, topk=1.5), "topk"),
+        (lambda: methods.sparge(q, k, native_block=(64,)), "native_block"),
+        (lambda: methods.sparge(q, k, smooth_k=1), "smooth_k"),
+        (lambda: methods.minference(q, k, query_sample="first"), "query_sample"),
+        (lambda: methods.minference(q, k, sampled_queries=0), "sampled_queries"),
+        (lambda: methods.flexprefill(q, k, gamma=0), "gamma"),
+        (lambda: methods.flexprefill(q, k, scale=float("nan")), "scale"),
+        (lambda: methods.flexprefill(q, k[:, :, :100]), "k"),
+        (lambda: methods.flexprefill(q[0, 0], k[0, 0]), "q"),
+        (lambda: methods.sparge(q.astype(np.int32), k.astype(np.int32)), "q"),
+    ]
+    for call, argument in cases:
+        with pytest.raises(ValueError, match=f"invalid argument '{argument}'"):
+            call()
+
+
+def test_from_sparge_or_reduces_its_native_map():
+    rng = np.random.default_rng(3)
+    seq_len = 700  # 11 query blocks of 64, 6 key blocks of 128
+    native = rng.random((2, 3, 11, 6)) < 0.2
+    mask = methods.from_sparge(native, seq_len=seq_len, native_block=(64, 128), block_size=128)
+    assert mask.shape == (6, 6, 6)
+    folded = native.reshape(6, 11, 6)
+    expected = np.zeros((6, 6, 6), bool)
+    for row in range(6):
+        expected[:, row, :] = folded[:, 2 * row:2 * row + 2, :].any(axis=1)
+    assert (mask == expected).all()
+    fine = methods.from_sparge(native.astype(np.int8), seq_len=seq_len, native_block=(64, 128), block_size=64)
+    assert (fine == np.repeat(folded, 2, axis=-1)[..., :11]).all()
+    with pytest.raises(ValueError, match="invalid argument 'block_map'"):
+        methods.from_sparge(native, seq_len=5000)
+
+
+def test_from_xattention_keeps_or_repeats_its_blocks():
+    rng = np.random.default_rng(4)
+    mask = rng.random((1, 2, 4, 4)) < 0.5
+    assert (methods.from_xattention(mask) == mask[0]).all()
+    fine = methods.from_xattention(mask, seq_len=450, block_size=64)
+    expected = np.repeat(np.repeat(mask[0], 2, axis=1), 2, axis=2)[:, :8, :8]
+    assert fine.shape == (2, 8, 8) and (fine == expected).all()
+    with pytest.raises(ValueError, match="invalid argument 'seq_len'"):
+        methods.from_xattention(mask, block_size=64)
+
+
+def test_from_minference_blocks_the_index_lists():
+    vertical = np.array([[[[20]]]])       # [B, H, 1, v]: key 20 -> key block 1
+    slash = np.array([[[0, 8, -40]]])     # [B, H, s]: offsets q - k
+    mask = methods.from_minference(vertical, slash, seq_len=64, block_size=16)
+    expected = np.array([[1, 1, 1, 1], [1, 1, 0, 1], [0, 1, 1, 0], [0, 1, 1, 1]], bool)
+    assert (mask[0] == expected).all()
+    with pytest.raises(ValueError, match="invalid argument 'vertical_indices'"):
+        methods.from_minference(np.array([[[64]]]), slash, seq_len=64, block_size=16)
+    with pytest.raises(ValueError, match="invalid argument 'slash_indices'"):
+        methods.from_minference(vertical, np.array([[[0.5]]]), seq_len=64, block_size=16)
+
+
+# ---- GPU ----------------------------------------------------------------------------------------------------
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if not getattr(wavealign._core, "has_mask_generators", False):
+        pytest.skip("wavealign was built without its CUDA code (no GPU generators)")
+    return torch
+
+
+@pytest.mark.parametrize("generate", METHODS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_generator_matches_the_cpu_reference(generate, dtype):
+    torch = _cuda()
+    q, k = clustered(2, 2, 1000, 64, seed=5)
+    q_cuda = torch.from_numpy(q).to("cuda", getattr(torch, dtype))
+    k_cuda = torch.from_numpy(k).to("cuda", getattr(torch, dtype))
+    mask = generate(q_cuda, k_cuda, block_size=128)
+    assert mask.is_cuda and mask.dtype == torch.bool and mask.shape == (4, 8, 8)
+    reference = generate(q_cuda.float().cpu().numpy(), k_cuda.float().cpu().numpy(), block_size=128)
+    differing = int((mask.cpu().numpy() != reference).sum())
+    assert differing <= max(2, int(0.002 * reference.size)), f"{differing} of {reference.size} blocks differ"
+
+
+def test_gpu_mask_plans_on_the_gpu_and_runs_the_kernel():
+    torch = _cuda()
+    q, k = clustered(1, 2, 1024, 128, seed=6)
+    q_cuda = torch.from_numpy(q).to("cuda", torch.bfloat16)
+    k_cuda = torch.from_numpy(k).to("cuda", torch.bfloat16)
+    v_cuda = torch.randn_like(q_cuda)
+    mask = methods.xattention(q_cuda, k_cuda)
+    plan = wavealign.plan(mask)
+    assert plan.planner == ("gpu" if wavealign._core.has_gpu_plan else "cpu")
+    out = wavealign.sparse_attention(q_cuda, k_cuda, v_cuda, plan)
+    assert out.shape == q_cuda.shape and torch.isfinite(out).all()
+
+
+def test_gpu_rejects_float32_and_mixed_devices():
+    torch = _cuda()
+    q = torch.randn(2, 256, 64, device="cuda")
+    with pytest.raises(ValueError, match="invalid argument 'q'"):
+        methods.sparge(q, q)
+    with pytest.raises(ValueError, match="invalid argument 'k'"):
+        methods.sparge(q.to(torch.bfloat16), q.cpu())

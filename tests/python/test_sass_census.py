@@ -1,0 +1,99 @@
+"""scripts/sass_census.py on hand-written nvdisasm listings: loop selection, main path, groups, per-block scaling."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sass_census.py"
+spec = importlib.util.spec_from_file_location("sass_census", SCRIPT)
+sass_census = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sass_census)
+
+SRC = '\t//## File "/repo/src/cuda/attention/sm90/mainloop.cuh", line {}\n'
+
+# A consumer loop: HGMMA + FFMA, a shuffle behind BRA.DIV (divergent fallback at .L_x_5), an mbarrier wait
+# with its retry loop out of line (.L_x_3), and a vote-guarded FMUL from line 20 (the conditional group).
+CONSUMER = (
+    ".text.fwd_kernel_sm90_test:\n" + SRC.format(10) +
+    "        /*0000*/                   MOV R1, RZ ;\n"
+    ".L_x_1:\n"
+    "        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;\n"
+    "        /*0020*/                   FFMA R2, R2, R3, R4 ;\n"
+    "        /*0030*/                   BRA.DIV UR4, `(.L_x_5) ;\n"
+    "        /*0040*/                   SHFL.BFLY PT, R5, R2, 0x1, 0x1f ;\n"
+    ".L_x_6:\n"
+    "        /*0050*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R0+URZ+0x10], R3 ;\n"
+    "        /*0060*/              @!P0 BRA `(.L_x_3) ;\n"
+    ".L_x_7:\n"
+    "        /*0070*/                   VOTE.ALL P1, P1 ;\n"
+    "        /*0080*/               @P1 BRA `(.L_x_2) ;\n" + SRC.format(20) +
+    "        /*0090*/                   FMUL R6, R6, R7 ;\n"
+    ".L_x_2:\n" + SRC.format(10) +
+    "        /*00a0*/                   ISETP.NE.AND P2, PT, R8, R9, PT ;\n"
+    "        /*00b0*/               @P2 BRA `(.L_x_1) ;\n"
+    "        /*00c0*/                   EXIT ;\n"
+    ".L_x_3:\n"
+    "        /*00d0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R0+URZ+0x10], R3 ;\n"
+    "        /*00e0*/              @!P0 BRA `(.L_x_3) ;\n"
+    "        /*00f0*/                   BRA `(.L_x_7) ;\n"
+    ".L_x_5:\n"
+    "        /*0100*/                   SHFL.BFLY PT, R5, R2, 0x1, 0x1f ;\n"
+    "        /*0110*/                   BRA `(.L_x_6) ;\n"
+)
+
+# A producer loop unrolled twice: two KV blocks (2 x 4 UTMALDG) per iteration.
+PRODUCER = (
+    ".text.fwd_kernel_sm90_producer:\n" + SRC.format(30) +
+    "        /*0000*/                   MOV R1, RZ ;\n"
+    ".L_x_1:\n" +
+    "".join(f"        /*{0x10 * (i + 1):04x}*/                   UTMALDG.3D [UR8], [UR14], desc[UR16] ;\n"
+            for i in range(8)) +
+    "        /*0090*/                   UIADD3 UR4, UR4, 0x2, URZ ;\n"
+    "        /*00a0*/                   ISETP.NE.AND P0, PT, R2, R3, PT ;\n"
+    "        /*00b0*/               @P0 BRA `(.L_x_1) ;\n"
+    "        /*00c0*/                   EXIT ;\n"
+)
+
+
+def test_classes():
+    assert sass_census.classify("MUFU.EX2") == "MUFU.EX2"
+    assert sass_census.classify("F2FP.BF16.F32.PACK_AB") == "conversion"
+    assert sass_census.classify("R2UR") == "uniform datapath"
+    assert sass_census.classify("UIADD3.64") == "uniform datapath"
+    assert sass_census.classify("UTMALDG.3D") == "TMA"
+    assert sass_census.classify("IMAD.MOV.U32") == "integer/move"
+    assert sass_census.classify("WARPGROUP.DEPBAR.LE") == "wgmma fence/wait"
+
+
+def test_consumer_main_path_and_groups():
+    result = sass_census.report(CONSUMER, "fwd_kernel_sm90", 4, "src/cuda/")
+    counted = result["fwd_kernel_sm90_test"]["consumer_per_warp_per_block"]
+    # HGMMA, FFMA, BRA.DIV | SHFL | TRYWAIT, BRA | VOTE, BRA | ISETP, BRA: the blocks that dominate the latch.
+    assert sum(counted["main"].values()) == 10
+    assert counted["main"]["HGMMA"] == 1 and counted["main"]["SHFL"] == 1 and counted["main"]["FMUL"] == 0
+    groups = counted["groups"]
+    assert dict(groups["conditional attention/sm90/mainloop.cuh:20"]) == {"FMUL": 1}
+    assert sum(groups["spin"].values()) == 3  # the retry block and its jump back
+    assert sum(groups["divergent"].values()) == 2  # the shuffle fallback after BRA.DIV
+    assert "producer_per_block" not in result["fwd_kernel_sm90_test"]
+
+
+def test_producer_scaled_per_block():
+    entry = sass_census.report(PRODUCER, "producer", 4, "src/cuda/")["fwd_kernel_sm90_producer"]
+    assert entry["producer_blocks_per_iteration"] == 2
+    counted = entry["producer_per_block"]
+    assert counted["main"]["TMA"] == 4
+    assert sum(counted["main"].values()) == pytest.approx(11 / 2)
+
+
+def test_listing_file_and_errors(tmp_path, capsys):
+    listing = tmp_path / "kernel.dis"
+    listing.write_text(CONSUMER)
+    sass_census.main([str(listing), "--json"])
+    assert '"consumer_per_warp_per_block"' in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no function matching --kernel 'missing'"):
+        sass_census.main([str(listing), "--kernel", "missing"])
+    with pytest.raises(SystemExit):
+        sass_census.main([str(listing), "--tma-per-block", "0"])
+    assert "--tma-per-block must be >= 1, got 0" in capsys.readouterr().err
