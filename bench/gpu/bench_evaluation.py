@@ -47,7 +47,8 @@ import torch
 
 import wavealign
 from collect_evaluation import save_fig14_head  # the one writer of Fig. 14's input (this script's folder)
-from wavealign.bench import ClockSampler, fa4_or_reason, milliseconds, positive_int, print_json, time_ms
+from wavealign.bench import (ClockSampler, fa4_or_reason, implementations, milliseconds, positive_int, print_json,
+                             time_ms)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "bench" / "results" / "h200-skip-profile.json"
@@ -56,15 +57,6 @@ ORDERS = ("original", "s1", "s2", "wavealign")
 IMPLS = ("wavealign", "flashattention4")
 HEAD_DIM = 128
 BLOCK = 128
-
-
-def comma_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        chosen = tuple(name for name in text.split(",") if name)
-        if not chosen or any(name not in choices for name in chosen):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(choices)}, got {text!r}")
-        return chosen
-    return parse
 
 
 def frame_list(text: str) -> tuple[int, ...]:
@@ -243,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--masks", type=pathlib.Path, required=True, help="folder of METHOD-FRAMES.npy/.json")
     parser.add_argument("--frames", type=frame_list, required=True, help="comma-separated pixel frame counts")
-    parser.add_argument("--methods", type=comma_list(METHODS), default=METHODS)
-    parser.add_argument("--orders", type=comma_list(ORDERS), default=ORDERS)
-    parser.add_argument("--impls", type=comma_list(IMPLS), default=IMPLS)
+    parser.add_argument("--methods", type=implementations(METHODS), default=METHODS)
+    parser.add_argument("--orders", type=implementations(ORDERS), default=ORDERS)
+    parser.add_argument("--impls", type=implementations(IMPLS), default=IMPLS)
     parser.add_argument("--iters", type=positive_int, default=3)
     parser.add_argument("--plan-repeats", type=positive_int, default=3)
     parser.add_argument("--warmup-ms", type=milliseconds, default=2000.0,
@@ -281,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = WarmUp(args.warmup_ms, args.case_warmup_ms)
     cases = []
     for frames in args.frames:
-        summary, _ = load_case(args.masks, args.methods[0], frames)
+        summary = json.loads((args.masks / f"{args.methods[0]}-{frames}.json").read_text())
         heads, tokens = int(summary["heads"]), int(summary["inputs"]["tokens"])
         qkv = tuple(torch.randn(1, heads, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16,
                                 generator=generator) for _ in range(3))

@@ -11,9 +11,10 @@ LOG_DIR holds what run_evaluation.sh wrote on the GPU host (see its header). --s
 this machine from CPU runs, with no GPU: each method's fp64 CPU reference mask at reduced lengths
 (--sim-frames, one per measured length, in the same order), `wavealign simulate` on it, a full mask for the
 dense rows and `wavealign reorder` for Fig. 14. At 1/10 of the length a head's K/V fits the L2, so each
-simulation scales the usable L2 and the wave size by the ratio of the tokens (s = L_sim / L_measured): the K/V
-working set is then as many L2s, and the sequence as many waves, as at the measured length. Every number of a
-simulated run is labelled simulated; it writes no bench/results record unless --out says where.
+simulation scales the usable L2 by the ratio of the tokens (L_sim / L_measured): the K/V working set is then as
+many L2s as at the measured length (the 132 concurrent rows, though, cover the sequence in one to three waves:
+the numbers check the pipeline, not WaveAlign). Every number of a simulated run is labelled simulated; it writes
+no bench/results record unless --out says where.
 
 The document keeps everything outside its blocks (<!-- generated: NAME --> ... <!-- end generated: NAME -->):
 the text around them is written by hand and survives every run. A block missing from the document is an error.
@@ -304,7 +305,8 @@ def derive_fig10(logs: Logs) -> list[dict]:
                          "original_ms": original["predicted_kernel_ms"], "kernel_ms": wave["predicted_kernel_ms"],
                          "overhead_ms": wave["plan_cost_ms"], "total_ms": total,
                          "kernel_speedup": original["predicted_kernel_ms"] / wave["predicted_kernel_ms"],
-                         "speedup": original["predicted_kernel_ms"] / total, "overhead_share": wave["plan_cost_ms"] / total})
+                         "speedup": original["predicted_kernel_ms"] / total,
+                         "overhead_share": wave["plan_cost_ms"] / total})
     return rows
 
 
@@ -388,7 +390,8 @@ def derive_fig14(logs: Logs, wave: int) -> list[dict]:
         mask = unpack_mask(data)
         rows.append({"method": method, "q_blocks": mask.shape[0], "kv_blocks": mask.shape[1], "wave": wave,
                      "density": float(mask.mean()),
-                     **{f"wave_union_{order}": wave_unions(mask, data[order], wave) for order in ORDERS if order in data}})
+                     **{f"wave_union_{order}": wave_unions(mask, data[order], wave)
+                        for order in ORDERS if order in data}})
     return rows
 
 
@@ -443,7 +446,8 @@ def plot_fig2(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> boo
         mine = [row for row in rows if row["method"] == method and row[key]]
         x = [row["tokens"] / 1e3 for row in mine]
         line, = left.plot(x, [row[key] for row in mine], marker="o", label=f"{LABELS[method]} actual")
-        left.plot(x, [row["upper_bound"] for row in mine], ls="--", color=line.get_color(), label=f"{LABELS[method]} 1/ρ")
+        left.plot(x, [row["upper_bound"] for row in mine], ls="--", color=line.get_color(),
+                  label=f"{LABELS[method]} 1/ρ")
         right.plot(x, [row[gap] for row in mine], marker="o", color=line.get_color(), label=LABELS[method])
     right.axhspan(*PAPER["fig2_gap"], color="0.85", label="paper, H100 (Wan2.1)")
     left.set(xlabel="sequence length (K tokens)", ylabel="speedup over dense", title="upper bound 1/ρ vs actual")
@@ -451,6 +455,7 @@ def plot_fig2(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> boo
     left.legend(fontsize=6, ncol=2)
     right.legend(fontsize=6)
     figure.suptitle(f"Fig. 2: sparse kernel speedup over our dense mode ({_source_label(logs)})")
+    figure.tight_layout()
     _save(plt, figure, path)
     return True
 
@@ -481,11 +486,17 @@ def plot_fig10(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
                 axis.set_ylabel("attention time (ms)")
             if r == len(impls) - 1:
                 axis.set_xlabel("sequence length (K)")
-    axes[0][0].legend(fontsize=6)
+    _legend_below(figure, axes[0][0])
     figure.suptitle(f"Fig. 10: original vs WaveAlign including its reorder overhead ({_source_label(logs)})")
     figure.tight_layout()
     _save(plt, figure, path)
     return True
+
+
+def _legend_below(figure: Any, axis: Any) -> None:
+    """One legend for the figure, under its panels (bars fill the panels to the top)."""
+    handles, labels = axis.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=7)
 
 
 def _grouped(axis: Any, rows: list[dict], methods: list[str], orders: tuple[str, ...], field: str,
@@ -510,9 +521,10 @@ def plot_fig11(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
     _grouped(right, mine, methods, ("original", "wavealign"), "hbm_read_vs_original")
     left.set(ylabel="L2 hit ratio (%)", ylim=(0, 100), title="(a) L2 hit ratio")
     right.set(ylabel="HBM reads / original", title="(b) normalised HBM reads")
-    left.legend(fontsize=6)
+    _legend_below(figure, left)
     figure.suptitle(f"Fig. 11: {IMPL_LABELS.get(impl, 'simulator')} at {logs.tokens(max(logs.frames)):,} tokens "
-                    f"({'ncu, one launch per case' if impl != 'simulated' else 'simulator'}; {_source_label(logs)})")
+                    f"({'ncu, one launch per case; ' if impl != 'simulated' else ''}{_source_label(logs)})")
+    figure.tight_layout()
     _save(plt, figure, path)
     return True
 
@@ -530,7 +542,7 @@ def plot_fig12(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
     axes[0].set(ylabel="kernel time / original", title="(a) kernel time")
     axes[1].set(ylabel="L2 hit ratio (%)", ylim=(0, 100), title="(b) L2 hit ratio")
     axes[2].set(ylabel="HBM reads / original", title="(c) HBM reads")
-    axes[0].legend(fontsize=6)
+    _legend_below(figure, axes[0])
     figure.suptitle(f"Fig. 12: ablation of the two stages, {IMPL_LABELS.get(impl, 'simulator')} "
                     f"({_source_label(logs)})")
     figure.tight_layout()
@@ -582,7 +594,8 @@ def plot_fig14(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path, wave:
 
 def plot_fig15(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bool:
     impl = _pick(rows, logs)
-    mine = [row for row in rows if row["impl"] == impl or (impl == "wavealign" and row["method"] in ("dense", "random"))]
+    references = ("dense", "random")  # profiled with our kernel, shown beside whichever backend is plotted
+    mine = [row for row in rows if row["impl"] == impl or row["method"] in references]
     if not mine:
         return False
     figure, axis = plt.subplots(figsize=(5.5, 3.6))
@@ -651,7 +664,21 @@ def figure_link(name: str, record: dict, doc: pathlib.Path) -> str:
     """The Markdown image of a drawn figure, its path relative to the document."""
     if name not in record["figure_files"]:
         return ""
-    return f"![{name}]({pathlib.Path(os.path.relpath(record['figure_files'][name], doc.parent)).as_posix()})\n\n"
+    path = ROOT / record["figure_files"][name]  # an absolute path stays itself
+    return f"![{name}]({pathlib.Path(os.path.relpath(path, doc.parent.resolve())).as_posix()})\n\n"
+
+
+def _within(path: pathlib.Path, folder: pathlib.Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _shown(path: pathlib.Path) -> str:
+    """A path as the record keeps it: relative to the repository when inside it."""
+    return os.path.relpath(path.resolve(), ROOT) if _within(path, ROOT) else str(path.resolve())
 
 
 def _roofline_order(row: dict) -> tuple:
@@ -665,7 +692,8 @@ def render_blocks(record: dict, logs: Logs, doc: pathlib.Path) -> dict[str, str]
     source = "simulated" if simulated else "H200"
     blocks = {}
     blocks["data"] = "\n".join([
-        f"- **Source**: {'SIMULATED on the CPU (no GPU measurement): ' + record['simulation'] if simulated else 'measured on ' + record['device']}",
+        "- **Source**: " + ("SIMULATED on the CPU (no GPU measurement): " + record["simulation"] if simulated
+                            else "measured on " + record["device"]),
         f"- **Commit** {record['commit']}, collected {record['date']}; command: `{record['command']}`",
         *[f"- {note}" for note in record["notes"]]])
 
@@ -685,7 +713,8 @@ def render_blocks(record: dict, logs: Logs, doc: pathlib.Path) -> dict[str, str]
         ["method", "tokens", "density ρ", "1/ρ", f"actual speedup over dense ({source})", "gap (1/ρ)/actual"],
         [[LABELS[row["method"]], f"{row['tokens']:,}", pct(row["density"]), times(row["upper_bound"], 2),
           times(row[key], 2), times(row[gap], 3)] for row in fig2]) + \
-        f"\n\nPaper (H100, FA4, Wan2.1): gap {PAPER['fig2_gap'][0]:.2f}–{PAPER['fig2_gap'][1]:.2f}×, growing with the " \
+        f"\n\nPaper (H100, FA4, Wan2.1): gap {PAPER['fig2_gap'][0]:.2f}–{PAPER['fig2_gap'][1]:.2f}×, growing with " \
+        "the " \
         f"length; ours: {span([row[gap] for row in fig2], lambda v: f'{v:.2f}×')}."
 
     blocks["table1"] = longest + table(
@@ -730,10 +759,13 @@ def render_blocks(record: dict, logs: Logs, doc: pathlib.Path) -> dict[str, str]
                                change(mine["wavealign"]["hbm_read_vs_original"]),
                                f"{named[0]:.2f} % → {named[1]:.2f} %" if named else ""])
     blocks["fig11"] = figure_link("fig11", record, doc) + longest + table(
-        ["backend", "method", "L2 hit original → WaveAlign", "HBM reads vs original", "paper (H100, FA4)"], fig11_rows) + \
-        f"\n\nPaper over the four methods: L2 hit {PAPER['fig11_l2_original'][0]}–{PAPER['fig11_l2_original'][1]} % → " \
+        ["backend", "method", "L2 hit original → WaveAlign", "HBM reads vs original", "paper (H100, FA4)"],
+        fig11_rows) + \
+        "\n\nPaper over the four methods: L2 hit " \
+        f"{PAPER['fig11_l2_original'][0]}–{PAPER['fig11_l2_original'][1]} % → " \
         f"{PAPER['fig11_l2_wavealign'][0]}–{PAPER['fig11_l2_wavealign'][1]} %, HBM reads " \
-        f"−{PAPER['fig11_hbm_reduction'][0]} to −{PAPER['fig11_hbm_reduction'][1]} % (median of three ncu runs; ours: " \
+        f"−{PAPER['fig11_hbm_reduction'][0]} to −{PAPER['fig11_hbm_reduction'][1]} % (median of three ncu runs; " \
+        "ours: " \
         f"one run per case)."
 
     fig12_rows = []
@@ -747,7 +779,8 @@ def render_blocks(record: dict, logs: Logs, doc: pathlib.Path) -> dict[str, str]
                 f"speedup ≤ {paper['speedup_max']}×" if "speedup_max" in paper else
                 f"speedup {paper['speedup'][0]}–{paper['speedup'][1]}×",
                 f"L2 {paper['l2'][0]}–{paper['l2'][1]} %",
-                f"HBM reads −{paper['hbm_reduction'][0]} to −{paper['hbm_reduction'][1]} %" if "hbm_reduction" in paper
+                f"HBM reads −{paper['hbm_reduction'][0]} to −{paper['hbm_reduction'][1]} %"
+                if "hbm_reduction" in paper
                 else f"HBM reads up to −{paper['hbm_reduction_max']} %"]))
             fig12_rows.append([IMPL_LABELS.get(impl, "simulator"), ORDER_LABELS[order],
                                span([ratio(1, row["time_vs_original"]) for row in mine], lambda v: f"{v:.3f}×"),
@@ -855,7 +888,7 @@ def simulate_logs(folder: pathlib.Path, cli: str, sim_frames: list[int], measure
     description = (f"CPU reference masks at {', '.join(map(str, sim_frames))} frames ({heads} heads) standing for "
                    f"{', '.join(map(str, measured_frames))}, the usable L2 scaled by L_sim / L_measured. These numbers "
                    f"check the pipeline, not WaveAlign: at these lengths the GPU's {SLOTS} concurrent rows cover the "
-                   f"whole sequence in one to three waves, where the measured lengths have 9 to 22")
+                   f"whole sequence in one to three waves, where the measured lengths have 9 to 22.")
     (folder / "meta.jsonl").write_text(json.dumps({"mode": "simulated", "description": description,
                                                    "command": "bench/gpu/collect_evaluation.py " +
                                                    shlex.join(sys.argv[1:])}) + "\n")
@@ -881,7 +914,8 @@ def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: s
                           f"{row.get('frames')} frames: {row['error']}")
     for row in logs.steps:
         if row["rc"] != 0:
-            logs.notes.append(f"step {row['step']} exited {row['rc']}" + (" (out of its budget)" if row["rc"] == 124 else ""))
+            late = " (out of its budget)" if row["rc"] == 124 else ""
+            logs.notes.append(f"step {row['step']} exited {row['rc']}{late}")
     record = {
         "command": "; ".join(row["command"] for row in logs.meta if "command" in row) +
                    ("" if logs.simulated else f"; bench/gpu/collect_evaluation.py {logs.folder.name}"),
@@ -907,7 +941,7 @@ def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: s
              "fig12": plot_fig12(plt, derived["orders"], logs, figures / "evaluation-fig12.png"),
              "fig14": plot_fig14(plt, derived["fig14"], logs, figures / "evaluation-fig14.png", wave),
              "fig15": plot_fig15(plt, derived["fig15"], logs, figures / "evaluation-fig15.png")}
-    record["figure_files"] = {name: str(figures / f"evaluation-{name}.png") for name, made in drawn.items() if made}
+    record["figure_files"] = {name: _shown(figures / f"evaluation-{name}.png") for name, made in drawn.items() if made}
     if doc is not None:
         fill_document(doc, render_blocks(record, logs, doc))
     return record

@@ -66,7 +66,8 @@ make_masks() {
       if [ ! -s "$stem.npy" ] || [ ! -s "$stem.json" ]; then
         # shellcheck disable=SC2046  # the flags are words
         "$cli" mask --method "$method" $(method_flags "$method") --model wan2.1-14b --frames "$frames" \
-          --heads "$heads" --device gpu --out "$stem.npy" --json >"$stem.json" 2>>"$logs/errors.txt" || rm -f "$stem.npy"
+          --heads "$heads" --device gpu --out "$stem.npy" --json >"$stem.json" 2>>"$logs/errors.txt" \
+          || rm -f "$stem.npy"
       fi
       [ -s "$stem.npy" ] && python3 -c 'import json, sys; row = json.load(open(sys.argv[1]));
 row["flags"] = sys.argv[2]; print(json.dumps(row))' "$stem.json" "$(method_flags "$method")" >>"$logs/masks.jsonl"
@@ -129,7 +130,10 @@ if [[ $part == step:* ]]; then
   run_step "${part#step:}"
   exit $?
 fi
-case $part in timing | ncu | all) ;; *) echo "run_evaluation.sh: part must be timing, ncu or all, got '$part'" >&2; exit 2 ;; esac
+case $part in
+  timing | ncu | all) ;;
+  *) echo "run_evaluation.sh: part must be timing, ncu or all, got '$part'" >&2; exit 2 ;;
+esac
 
 # step NAME: runs step NAME under its budget and records its elapsed time and exit status (124: out of time).
 step() {
@@ -164,7 +168,7 @@ fi
 if [ "$part" != timing ]; then
   for name in "${ncu_steps[@]}"; do step "$name"; done
   echo "ncu kernels: $(grep -c '"lts__t_sector_hit_rate.pct"' "$logs/ncu.csv") for" \
-    "$(wc -l <"$logs/ncu-cases.jsonl" 2>/dev/null || echo 0) cases"
+    "$( (wc -l <"$logs/ncu-cases.jsonl") 2>/dev/null || echo 0) cases"
 fi
 tail -n 5 "$logs/errors.txt" 2>/dev/null
 exit 0
