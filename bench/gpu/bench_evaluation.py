@@ -91,6 +91,18 @@ def load_case(masks: pathlib.Path, method: str, frames: int) -> tuple[dict, Any]
     return summary, torch.from_numpy(np.load(stem.with_suffix(".npy"))).cuda()
 
 
+def available(masks: pathlib.Path, methods: tuple[str, ...], frames: int) -> list[str]:
+    """The methods whose mask at `frames` is there; each missing one is reported as a skipped line."""
+    present = []
+    for method in methods:
+        stem = masks / f"{method}-{frames}"
+        if stem.with_suffix(".npy").exists() and stem.with_suffix(".json").exists():
+            present.append(method)
+        else:
+            print_json({"skipped": method, "frames": frames, "reason": f"no mask {stem}.npy (and .json)"})
+    return present
+
+
 def synchronized_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -204,7 +216,7 @@ def profile_cases(masks: pathlib.Path, frames: int, args: Any, qkv: tuple, fa4_q
     """One launch per case (under Nsight Compute); returns the cases in launch order."""
     q, k, v = qkv
     cases = []
-    for method in args.methods:
+    for method in available(masks, args.methods, frames):
         summary, mask = load_case(masks, method, frames)
         common = case_fields(summary, method, frames, mask)
         plans = {}
@@ -273,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     warm = WarmUp(args.warmup_ms, args.case_warmup_ms)
     cases = []
     for frames in args.frames:
-        summary = json.loads((args.masks / f"{args.methods[0]}-{frames}.json").read_text())
+        methods = available(args.masks, args.methods, frames)
+        if not methods:
+            continue
+        summary = json.loads((args.masks / f"{methods[0]}-{frames}.json").read_text())
         heads, tokens = int(summary["heads"]), int(summary["inputs"]["tokens"])
         qkv = tuple(torch.randn(1, heads, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16,
                                 generator=generator) for _ in range(3))
@@ -282,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             cases += profile_cases(args.masks, frames, args, qkv, fa4_qkv, fa4_parts)
             continue
         warm.reset()
-        for method in args.methods:
+        for method in methods:
             summary, mask = load_case(args.masks, method, frames)
             common = case_fields(summary, method, frames, mask)
             if "wavealign" in args.impls:

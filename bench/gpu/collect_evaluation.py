@@ -424,9 +424,13 @@ def _source_label(logs: Logs) -> str:
     return "simulated (CPU model, reduced length)" if logs.simulated else f"measured on {logs.device}"
 
 
-def _save(plt: Any, figure: Any, path: pathlib.Path) -> None:
+def _finish(plt: Any, figure: Any, path: pathlib.Path, title: str) -> bool:
+    """Titles, lays out and writes a figure; True (the figure was drawn)."""
+    figure.suptitle(title)
+    figure.tight_layout()
     figure.savefig(path, bbox_inches="tight", metadata={"Software": None})
     plt.close(figure)
+    return True
 
 
 def _pick(rows: list[dict], logs: Logs, impls: tuple[str, ...] = IMPLS) -> str:
@@ -454,10 +458,7 @@ def plot_fig2(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> boo
     right.set(xlabel="sequence length (K tokens)", ylabel="(1/ρ) / actual", title="gap")
     left.legend(fontsize=6, ncol=2)
     right.legend(fontsize=6)
-    figure.suptitle(f"Fig. 2: sparse kernel speedup over our dense mode ({_source_label(logs)})")
-    figure.tight_layout()
-    _save(plt, figure, path)
-    return True
+    return _finish(plt, figure, path, f"Fig. 2: sparse kernel speedup over our dense mode ({_source_label(logs)})")
 
 
 def plot_fig10(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bool:
@@ -487,10 +488,8 @@ def plot_fig10(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
             if r == len(impls) - 1:
                 axis.set_xlabel("sequence length (K)")
     _legend_below(figure, axes[0][0])
-    figure.suptitle(f"Fig. 10: original vs WaveAlign including its reorder overhead ({_source_label(logs)})")
-    figure.tight_layout()
-    _save(plt, figure, path)
-    return True
+    return _finish(plt, figure, path,
+                   f"Fig. 10: original vs WaveAlign including its reorder overhead ({_source_label(logs)})")
 
 
 def _legend_below(figure: Any, axis: Any) -> None:
@@ -522,11 +521,9 @@ def plot_fig11(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
     left.set(ylabel="L2 hit ratio (%)", ylim=(0, 100), title="(a) L2 hit ratio")
     right.set(ylabel="HBM reads / original", title="(b) normalised HBM reads")
     _legend_below(figure, left)
-    figure.suptitle(f"Fig. 11: {IMPL_LABELS.get(impl, 'simulator')} at {logs.tokens(max(logs.frames)):,} tokens "
-                    f"({'ncu, one launch per case; ' if impl != 'simulated' else ''}{_source_label(logs)})")
-    figure.tight_layout()
-    _save(plt, figure, path)
-    return True
+    return _finish(plt, figure, path,
+                   f"Fig. 11: {IMPL_LABELS.get(impl, 'simulator')} at {logs.tokens(max(logs.frames)):,} tokens "
+                   f"({'ncu, one launch per case; ' if impl != 'simulated' else ''}{_source_label(logs)})")
 
 
 def plot_fig12(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bool:
@@ -543,11 +540,8 @@ def plot_fig12(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
     axes[1].set(ylabel="L2 hit ratio (%)", ylim=(0, 100), title="(b) L2 hit ratio")
     axes[2].set(ylabel="HBM reads / original", title="(c) HBM reads")
     _legend_below(figure, axes[0])
-    figure.suptitle(f"Fig. 12: ablation of the two stages, {IMPL_LABELS.get(impl, 'simulator')} "
-                    f"({_source_label(logs)})")
-    figure.tight_layout()
-    _save(plt, figure, path)
-    return True
+    return _finish(plt, figure, path, f"Fig. 12: ablation of the two stages, "
+                   f"{IMPL_LABELS.get(impl, 'simulator')} ({_source_label(logs)})")
 
 
 def zoom_window(mask: np.ndarray, order: np.ndarray, wave: int) -> tuple[int, int]:
@@ -585,11 +579,8 @@ def plot_fig14(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path, wave:
         for axis in axes[r]:
             axis.set_xticks([])
             axis.set_yticks([])
-    figure.suptitle(f"Fig. 14: head 0 before and after WaveAlign ({_source_label(logs)}); wave union = mean K/V "
-                    f"blocks a wave of {wave} rows touches")
-    figure.tight_layout()
-    _save(plt, figure, path)
-    return True
+    return _finish(plt, figure, path, f"Fig. 14: head 0 before and after WaveAlign ({_source_label(logs)}); "
+                   f"wave union = mean K/V blocks a wave of {wave} rows touches")
 
 
 def plot_fig15(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bool:
@@ -618,12 +609,10 @@ def plot_fig15(plt: Any, rows: list[dict], logs: Logs, path: pathlib.Path) -> bo
             if original:
                 axis.annotate("", (wave["intensity"], wave["tflops"]), (original["intensity"], original["tflops"]),
                               arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8})
-    axis.set(xscale="log", yscale="log", xlabel="operational intensity (FLOP / HBM byte)",
-             ylabel="achieved TF/s", title=f"Figs. 3 and 15: roofline, {IMPL_LABELS.get(impl, 'simulator')} at "
-                                           f"{logs.tokens(max(logs.frames)):,} tokens ({_source_label(logs)})")
+    axis.set(xscale="log", yscale="log", xlabel="operational intensity (FLOP / HBM byte)", ylabel="achieved TF/s")
     axis.legend(fontsize=5.5, loc="lower right")
-    _save(plt, figure, path)
-    return True
+    return _finish(plt, figure, path, f"Figs. 3 and 15: roofline, {IMPL_LABELS.get(impl, 'simulator')} at "
+                                      f"{logs.tokens(max(logs.frames)):,} tokens\n({_source_label(logs)})")
 
 
 # ---- the document --------------------------------------------------------------------------------------------
@@ -906,9 +895,10 @@ def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: s
     # The wave the plans of the longest length were made with (the simulator's record of it, else the H200's).
     wave = next((value["_wave"] for (_, frames), value in logs.simulation.items()
                  if logs.frames and frames == max(logs.frames)), SLOTS)
-    for impl in {row["skipped"] for row in logs.skipped}:
-        reason = next(row["reason"] for row in logs.skipped if row["skipped"] == impl)
-        logs.notes.append(f"{IMPL_LABELS.get(impl, impl)} not run: {reason}")
+    for skipped in dict.fromkeys((row["skipped"], row.get("frames"), row["reason"]) for row in logs.skipped):
+        name, frames, reason = skipped
+        where = "" if frames is None else f" at {frames} frames"
+        logs.notes.append(f"{IMPL_LABELS.get(name, LABELS.get(name, name))} not run{where}: {reason}")
     for row in logs.errors:
         logs.notes.append(f"{IMPL_LABELS.get(row['impl'], row['impl'])} failed on {row.get('method')} at "
                           f"{row.get('frames')} frames: {row['error']}")
