@@ -28,13 +28,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 # the SM clock, power and power-capped share of its timed runs.
 warm=(--warmup-ms 2000)
 
+# WA_FRAMES="401" runs the 401-frame cases alone (a shorter call).
+frame_counts=${WA_FRAMES:-401 161}
+
 density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
 tokens_of() { [ "$1" = 401 ] && echo 363600 || echo 147600; }
 
 runs() { [ "$what" = all ] || [ "$what" = "$1" ] || { [ "$what" = timing ] && { [ "$1" = kernel ] || [ "$1" = peers ]; }; }; }
 
 peer_cases=()
-for frames in 401 161; do
+for frames in $frame_counts; do
   for mask in video random; do
     sdpa=""
     [ "$mask" = video ] && sdpa=":sdpa"
@@ -54,7 +57,7 @@ for frames in 401 161; do
 done
 
 if runs kernel; then
-  for frames in 401 161; do
+  for frames in $frame_counts; do
     for mask in video random; do
       common=(--model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" --density "$(density_of $mask)"
               --cold-l2 --warmup 1 "${warm[@]}" --iters 5 --json)
@@ -101,7 +104,7 @@ fi
 if runs ncu; then
   # sm__cycles_elapsed.avg.per_second: the SM clock of the profiled launch (not controlled, see above).
   metrics=lts__t_sector_hit_rate.pct,lts__t_sector_op_read_hit_rate.pct,lts__t_sectors_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-  for frames in 401 161; do
+  for frames in $frame_counts; do
     for mask in video random; do
       for order in original s1 s2 wavealign shuffled; do
         echo "# case frames=$frames mask=$mask order=$order" >>"$logs/ncu.csv"

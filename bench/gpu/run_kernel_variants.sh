@@ -8,7 +8,7 @@
 # instructions per 128 x 128 block with Nsight Compute (dense, 8 heads x 32,768 tokens, and the video mask)
 # while time is left.
 #
-#   bench/gpu/run_kernel_variants.sh SRC_DIR LOG_DIR
+#   [WA_VARIANTS="default exact ..."] bench/gpu/run_kernel_variants.sh SRC_DIR LOG_DIR
 #
 # LOG_DIR gets: builds.txt (status and seconds per variant), tests.txt (one line per variant) and
 # tests_<variant>.log, variants.jsonl (one wa_bench_attention JSON line per run, with "variant", "flags" and
@@ -37,6 +37,14 @@ variants=(
   "uniform+exact+pingpong|-DWA_SM90_UNIFORM_OPERANDS=ON -DWA_SM90_EXACT_RESCALE=ON -DWA_SM90_PINGPONG=ON"
 )
 name_of() { echo "${1%%|*}"; }
+# WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).
+if [ -n "${WA_VARIANTS:-}" ]; then
+  kept=()
+  for v in "${variants[@]}"; do
+    case " $WA_VARIANTS " in *" $(name_of "$v") "*) kept+=("$v") ;; esac
+  done
+  variants=("${kept[@]}")
+fi
 flags_of() { echo "${1#*|}"; }
 file_of() { echo "$1" | tr '+' '_'; }  # the variant's name in file and dir names
 dir_of() { echo "$root/$(file_of "$1")"; }

@@ -42,7 +42,7 @@ class Case:
     message: str             # a fragment of the message (stderr and stdout for the CLI)
     run: Callable[["Env"], Any] | None = None  # Python cases: does the call; CLI cases run `tried`
     pending: str | None = None               # the branch whose change this case waits for
-    needs: str | None = None                 # "torch", "cuda" or "fa4": skipped without it
+    needs: str | None = None                 # "torch", "cuda", "fa4" or "cli": skipped without it
 
 
 def _mask(heads: int = 2, blocks: int = 40, density: float = 0.3, seed: int = 0) -> np.ndarray:
@@ -333,9 +333,9 @@ CASES: list[Case] = [
          "--heads: must be an integer >= 1, got 0"),
     # The command-line tool: defaults that must agree with the Python API and with each other.
     Case("cli", "wavealign reorder --mask {tiny} --out {out} --json (no --skip)", "result",
-         "the same reasons as wavealign.plan(mask): K/V working set", run=_reorder_reason),
+         "the same reasons as wavealign.plan(mask): K/V working set", run=_reorder_reason, needs="cli"),
     Case("cli", "wavealign simulate (the default workload)", "result", "applies the WaveAlign order",
-         run=_default_simulation),
+         run=_default_simulation, needs="cli"),
     # Files given to the command-line tool.
     _cli("wavealign reorder --mask {float-mask} --out {out}", "exit 2",
          "invalid argument '{float-mask}': a mask must be bool or uint8, got '<f4'", section="file"),

@@ -201,7 +201,9 @@ def test_dense_csr_and_flex_inputs_on_cuda_give_the_same_gpu_plan(rng):
     assert np.array_equal(csr_row_ptr.cpu().numpy(), expected_row_ptr)
     assert np.array_equal(csr_col_idx.cpu().numpy(), expected_col_idx)
     flex_permuted = wavealign.flex.block_mask(flex, q_blocks * block)
-    assert torch.equal(flex_permuted.kv_num_blocks.cpu(), torch.from_numpy(flex_of(expected.permuted_mask())[0]))
+    # Without a mask_mod every kept block is a full block of the plug-in mask.
+    assert torch.equal(flex_permuted.full_kv_num_blocks.cpu(), torch.from_numpy(flex_of(expected.permuted_mask())[0]))
+    assert np.array_equal(flex_permuted.to_dense()[0].bool().cpu().numpy(), expected.permuted_mask())
 
 
 @needs_gpu_plan

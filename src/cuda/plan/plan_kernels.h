@@ -169,17 +169,19 @@ void launch_batch_schedule(const ScheduleShape& shape, const int32_t* permutatio
                            cudaStream_t stream);
 
 // ---- permuted_csr.cu ----
+// Every field has a default, so a caller that leaves one out (a later field added here) gets a null pointer,
+// not an indeterminate one.
 struct PermutedCsrBuffers {
-  const int32_t* permutations;  // the assembled permutation (GpuPlanOutputs::permutations); null = the original order
-  const MaskError* error;       // may be null; a nonzero code writes the empty CSR (every row_ptr entry 0)
-  const int32_t* row_nnz;       // int32 [H*MB], original order (stats)
-  const uint64_t* bits;         // the bit-packed rows, padding bits zero
-  int64_t* counts;              // workspace: int64 [H*MB]
-  void* scan_temp;              // workspace: CUB scan storage
-  size_t scan_temp_bytes;
-  int64_t* row_ptr;             // [H*MB + 1]
-  int32_t* col_idx;             // [capacity]
-  int64_t capacity;             // > 0
+  const int32_t* permutations = nullptr;  // the assembled permutation (GpuPlanOutputs::permutations); null = the original order
+  const MaskError* error = nullptr;       // may be null; a nonzero code writes the empty CSR (every row_ptr entry 0)
+  const int32_t* row_nnz = nullptr;       // int32 [H*MB], original order (stats)
+  const uint64_t* bits = nullptr;         // the bit-packed rows, padding bits zero
+  int64_t* counts = nullptr;              // workspace: int64 [H*MB]
+  void* scan_temp = nullptr;              // workspace: CUB scan storage
+  size_t scan_temp_bytes = 0;
+  int64_t* row_ptr = nullptr;             // [H*MB + 1]
+  int32_t* col_idx = nullptr;             // [capacity]
+  int64_t capacity = 0;             // > 0
 };
 /// Bytes of workspace reserved for the scan's CUB storage: a bound from host arithmetic, so that
 /// workspace_bytes() needs no device for orders without Stage 1 (0 when there are no rows).
