@@ -161,7 +161,7 @@ __device__ __forceinline__ void gemm_async(TiledMma& tiled_mma, TensorA const& a
 #endif
 constexpr bool kUniformOperands = WA_SM90_UNIFORM_OPERANDS != 0;
 #ifndef WA_SM90_EXACT_RESCALE
-#define WA_SM90_EXACT_RESCALE 0
+#define WA_SM90_EXACT_RESCALE 1
 #endif
 constexpr bool kExactRescale = WA_SM90_EXACT_RESCALE != 0;
 #ifndef WA_SM90_ROW_MAX_CHAINS
@@ -375,8 +375,8 @@ struct Mainloop {
       release_stage(&storage.v_empty[prev_stage], lane);
       // Multiplying by a factor of exactly 1 changes no bit, so a warp whose 32 factors are all 1 skips the 64
       // multiplies per thread with no effect on the result. Once a row has met its largest scores its max
-      // stops moving; with WA_SM90_EXACT_RESCALE its factor is then exactly 1 (ex2(0)), by default only by
-      // chance (softmax.cuh), so by default the skip almost never fires.
+      // stops moving; with WA_SM90_EXACT_RESCALE (the default) its factor is then exactly 1 (ex2(0)); without it
+      // only by chance (softmax.cuh), so the skip almost never fires.
       if (!__all_sync(0xffffffffu, factor[0] == 1.f && factor[1] == 1.f)) {
         CUTE_UNROLL
         for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
