@@ -68,14 +68,22 @@ struct Boundary {
   unsigned long long ties = 0;
 };
 
-/// The count of a mass rule over a segment of `length` values with total mass `total`: reach = the shortest
-/// prefix whose mass reaches fraction x total (crossing element included), else the longest prefix whose
-/// mass stays <= it. at_least(key, with_mass) tallies the elements whose key is >= key.
+/// What a mass rule's fraction is a fraction of: the segment's own total (fixed_total = 0), or a fixed mass in
+/// value units (fixed_total > 0). The target is in units of 2^-40, as the tallies are.
+WA_HOST_DEVICE inline double mass_target(double fraction, double fixed_total, unsigned long long total) {
+  return fixed_total > 0 ? fraction * fixed_total * 1099511627776.0 : fraction * double(total);
+}
+
+/// The count of a mass rule over a segment of `length` values: reach = the shortest prefix whose mass reaches
+/// the target (crossing element included), else the longest prefix whose mass stays <= it; the target is
+/// mass_target(fraction, fixed_total, the segment's total); the whole segment when fraction >= 1 or the total
+/// never passes the target. at_least(key, with_mass) tallies the elements whose key is >= key.
 template <class AtLeast>
-WA_HOST_DEVICE Boundary mass_boundary(AtLeast&& at_least, int64_t length, unsigned long long total, double fraction,
+WA_HOST_DEVICE Boundary mass_boundary(AtLeast&& at_least, int64_t length, double fraction, double fixed_total,
                                       bool reach) {
   Boundary boundary;
-  const double target = fraction * double(total);
+  const unsigned long long total = fraction >= 1 ? 0ull : at_least(0u, true).mass;
+  const double target = mass_target(fraction, fixed_total, total);
   auto passes = [&](unsigned long long mass) { return reach ? double(mass) >= target : double(mass) > target; };
   if (fraction >= 1 || !passes(total)) {
     boundary.count = length;  // never reached (reach: only through rounding) or never exceeded

@@ -224,6 +224,7 @@ void run_flexprefill(RunContext& context) {
       SelectParams coverage = row_selection(values, heads, length, nullptr);
       coverage.rule = SelectRule::kWithinMass;
       coverage.fraction = options.gamma;
+      coverage.fixed_total = methods::kProbabilityMass;
       coverage.add = 1;
       coverage.counts_out = counts;
       launch_select(coverage, context.stream);
@@ -278,6 +279,7 @@ void run_flexprefill(RunContext& context) {
     SelectParams global = row_selection(block_map, heads, map_entries, group_mask);
     global.rule = SelectRule::kWithinMass;
     global.fraction = options.gamma;
+    global.fixed_total = methods::flexprefill_map_mass(blocks);
     global.enabled = query_aware;
     launch_select(global, context.stream);
   }

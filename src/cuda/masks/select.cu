@@ -83,8 +83,7 @@ __global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
     if (params.rule == SelectRule::kTopCount) {
       count = params.counts ? params.counts[segment] : params.count;
     } else {
-      const unsigned long long total = params.fraction >= 1 ? 0ull : at_least(0u, true).mass;
-      boundary = methods::mass_boundary(at_least, length, total, params.fraction,
+      boundary = methods::mass_boundary(at_least, length, params.fraction, params.fixed_total,
                                         params.rule == SelectRule::kReachMass);
       count = boundary.count;
     }
