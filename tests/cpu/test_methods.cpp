@@ -101,6 +101,18 @@ TEST(MethodRules, XAttentionReferencePaddingFollowsItsChunkRule) {
 
 // ---- force_dense and option checks -----------------------------------------------------------------------
 
+TEST(MethodRules, XAttentionLanesCoverEachKeyBlockOnce) {
+  // The GPU row pass: `group` threads of `width` logits tile a key block exactly, groups tile a warp, and
+  // float4 loads stay 16-byte aligned (width a multiple of 4 from 4 logits per key block up).
+  for (int per_block = 1; per_block <= 256; per_block *= 2) {
+    const methods::LaneSpan span = methods::xattention_lanes(per_block);
+    EXPECT_EQ(span.group * span.width, per_block) << per_block;
+    EXPECT_EQ(32 % span.group, 0) << per_block;
+    EXPECT_LE(span.width, methods::kXAttentionMaxWidth) << per_block;
+    if (per_block >= 4) EXPECT_EQ(span.width % 4, 0) << per_block;
+  }
+}
+
 TEST(MethodConfig, ForceDenseKeepsEveryBlockOfEveryMethod) {
   const QkInputs inputs = clustered_qk(2, 200, 16, 1);
   for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,
