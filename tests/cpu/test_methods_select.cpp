@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/methods/reference.h"
@@ -161,6 +162,87 @@ TEST(SelectionRule, FlexPrefillCoverageOfAOneSidedSlashUsesTheProbabilityMass) {
         EXPECT_EQ(device, int64_t(values.size()));
         EXPECT_LT(kept_count(bisection_select(values, true, false, gamma, 0, kOwnTotal)), device / 2);
       }
+    }
+  }
+}
+
+// The radix form (select.cu, long segments): 4 passes of digit histograms and radix_choose, tallies by
+// loops, then the same finish as the bisection. Returns the boundary without the adjustment.
+Boundary radix_boundary(const std::vector<float>& values, bool mass, bool reach, double fraction, double fixed_total,
+                        int64_t count) {
+  const int64_t length = int64_t(values.size());
+  double target = 0;
+  if (mass) {
+    unsigned long long total = 0;
+    for (float value : values) total += mass_units(value);
+    target = mass_target(fraction, fixed_total, total);
+    if (fraction >= 1 || !mass_passes(total, target, reach)) {
+      Boundary whole;
+      whole.count = length;
+      return whole;
+    }
+  }
+  uint32_t prefix = 0;
+  Tally above;
+  unsigned long long digit_count = 0;
+  for (int pass = 0; pass < kRadixPasses; ++pass) {
+    std::vector<unsigned long long> counts(kRadixDigits, 0), masses(kRadixDigits, 0);
+    for (float value : values) {
+      const uint32_t key = order_key(value);
+      if (!radix_candidate(key, prefix, pass)) continue;
+      ++counts[radix_digit(key, pass)];
+      if (mass) masses[radix_digit(key, pass)] += mass_units(value);
+    }
+    const int digit = mass ? radix_choose(counts.data(), masses.data(), above,
+                                          [&](Tally t) { return mass_passes(t.mass, target, reach); })
+                           : radix_choose(counts.data(), nullptr, above,
+                                          [&](Tally t) { return int64_t(t.count) >= count; });
+    EXPECT_GE(digit, 0);
+    digit_count = counts[digit];
+    prefix |= uint32_t(digit) << radix_shift(pass);
+  }
+  return mass ? finish_mass_boundary(prefix, above, above.count + digit_count, target, reach)
+              : finish_count_boundary(prefix, count, above.count, above.count + digit_count);
+}
+
+void expect_same_boundary(const Boundary& a, const Boundary& b, const std::string& label) {
+  EXPECT_EQ(a.count, b.count) << label;
+  EXPECT_EQ(a.known, b.known) << label;
+  if (!a.known || !b.known) return;
+  EXPECT_EQ(a.key, b.key) << label;
+  EXPECT_EQ(a.above, b.above) << label;
+  EXPECT_EQ(a.ties, b.ties) << label;
+}
+
+TEST(SelectionRule, RadixPassesFindTheBisectionsBoundary) {
+  std::mt19937 rng(909);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int length = 1 + int(rng() % 400);
+    const bool signed_values = trial % 2 == 1;
+    const std::vector<float> values = random_segment(rng, length, 1 + int(rng() % 12), signed_values, signed_values);
+    auto at_least = [&](uint32_t key, bool with_mass) {
+      Tally tally;
+      for (float value : values)
+        if (order_key(value) >= key) {
+          ++tally.count;
+          if (with_mass) tally.mass += mass_units(value);
+        }
+      return tally;
+    };
+    const std::string label = "trial " + std::to_string(trial);
+    if (!signed_values) {
+      for (double fraction : {0.05, 0.5, 0.9, 1.0})
+        for (double fixed_total : {0.0, 1.0, 40.0})
+          for (bool reach : {true, false})
+            expect_same_boundary(radix_boundary(values, true, reach, fraction, fixed_total, 0),
+                                 mass_boundary(at_least, length, fraction, fixed_total, reach),
+                                 label + " mass " + std::to_string(fraction));
+    }
+    for (int64_t count : {int64_t(1), int64_t(length / 2), int64_t(length - 1)}) {
+      if (count <= 0 || count >= length) continue;
+      expect_same_boundary(radix_boundary(values, false, false, 0, 0, count),
+                           count_boundary([&](uint32_t key) { return at_least(key, false).count; }, count),
+                           label + " count " + std::to_string(count));
     }
   }
 }

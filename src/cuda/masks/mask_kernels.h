@@ -107,8 +107,13 @@ struct SelectParams {
   uint8_t* flags = nullptr;           // selected element i of segment s: flags[s * flag_stride + i] = 1 when
   int64_t flag_stride = 0;            //   i < flag_limit (others untouched); may be null (counts only)
   int64_t flag_limit = 0;
+  void* scratch = nullptr;            // select_scratch_bytes(segments, length) bytes (long segments only)
 };
 void launch_select(const SelectParams& params, cudaStream_t stream);
+/// Device scratch of a selection over `segments` segments of `length` values: 0 up to 65,536 values (one thread
+/// block per segment); above, the radix form's per-segment state and per-slice tie counts (4 KiB per segment
+/// and 8 bytes per 32,768 values). Scratch for the longest segments serves shorter ones too.
+size_t select_scratch_bytes(int segments, int64_t length);
 /// A selection over `segments` rows of `length` contiguous values, flags (may be null) in rows of the same
 /// length; the caller sets the rule and its fields.
 inline SelectParams row_selection(const float* values, int segments, int64_t length, uint8_t* flags) {
