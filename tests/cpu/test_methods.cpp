@@ -113,6 +113,25 @@ TEST(MethodRules, XAttentionLanesCoverEachKeyBlockOnce) {
   }
 }
 
+TEST(MethodConfig, Table1PresetSetsItsOptionsOnly) {
+  for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,
+                            MaskMethod::kFlexPrefill})
+    EXPECT_TRUE(preset_options(method, MethodPreset::kDefault).empty());
+  MethodConfig config;
+  for (MaskMethod method : {MaskMethod::kSparge, MaskMethod::kMInference, MaskMethod::kFlexPrefill})
+    for (const PresetOption& option : preset_options(method, MethodPreset::kTable1)) set_preset_option(config, option);
+  EXPECT_EQ(config.sparge.simthreshd1, std::vector<double>{-1.0});
+  EXPECT_EQ(config.sparge.cdfthreshd, std::vector<double>{0.96});
+  EXPECT_EQ(config.minference.vertical_size, 200);
+  EXPECT_EQ(config.minference.slash_size, 2000);
+  EXPECT_EQ(config.flexprefill.gamma, 0.965);
+  EXPECT_EQ(config.xattention.threshold, std::vector<double>{0.9});  // XAttention keeps its defaults
+  EXPECT_TRUE(preset_options(MaskMethod::kXAttention, MethodPreset::kTable1).empty());
+  EXPECT_EQ(config.flexprefill.tau, FlexPrefillOptions{}.tau);
+  test_support::expect_invalid([&] { set_preset_option(config, {"tau", 0.5}); }, "preset");
+  test_support::expect_invalid([] { (void)from_string<MethodPreset>("paper"); }, "preset");
+}
+
 TEST(MethodConfig, ForceDenseKeepsEveryBlockOfEveryMethod) {
   const QkInputs inputs = clustered_qk(2, 200, 16, 1);
   for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,
