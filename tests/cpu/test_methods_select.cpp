@@ -21,19 +21,22 @@
 namespace wavealign::methods {
 namespace {
 
+// The elements whose key is >= key, counted (and their mass summed) by a loop: the device's block tally.
+Tally tally_at_least(const std::vector<float>& values, uint32_t key, bool with_mass) {
+  Tally tally;
+  for (float value : values)
+    if (order_key(value) >= key) {
+      ++tally.count;
+      if (with_mass) tally.mass += mass_units(value);
+    }
+  return tally;
+}
+
 // The device kernel's sequence with loops for tallies: the kept flags of one segment.
 std::vector<uint8_t> bisection_select(const std::vector<float>& values, bool mass, bool reach, double fraction,
                                       int64_t count_in, double fixed_total = kOwnTotal) {
   const int64_t length = int64_t(values.size());
-  auto at_least = [&](uint32_t key, bool with_mass) {
-    Tally tally;
-    for (float value : values)
-      if (order_key(value) >= key) {
-        ++tally.count;
-        if (with_mass) tally.mass += mass_units(value);
-      }
-    return tally;
-  };
+  auto at_least = [&](uint32_t key, bool with_mass) { return tally_at_least(values, key, with_mass); };
   auto count_at_least = [&](uint32_t key) { return at_least(key, false).count; };
   Boundary boundary;
   int64_t count = count_in;
@@ -220,15 +223,7 @@ TEST(SelectionRule, RadixPassesFindTheBisectionsBoundary) {
     const int length = 1 + int(rng() % 400);
     const bool signed_values = trial % 2 == 1;
     const std::vector<float> values = random_segment(rng, length, 1 + int(rng() % 12), signed_values, signed_values);
-    auto at_least = [&](uint32_t key, bool with_mass) {
-      Tally tally;
-      for (float value : values)
-        if (order_key(value) >= key) {
-          ++tally.count;
-          if (with_mass) tally.mass += mass_units(value);
-        }
-      return tally;
-    };
+    auto at_least = [&](uint32_t key, bool with_mass) { return tally_at_least(values, key, with_mass); };
     const std::string label = "trial " + std::to_string(trial);
     if (!signed_values) {
       for (double fraction : {0.05, 0.5, 0.9, 1.0})
