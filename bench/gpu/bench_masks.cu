@@ -27,6 +27,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "wavealign/attention.h"
@@ -103,6 +104,15 @@ std::vector<Case> cases() {
   config = {};
   config.method = MaskMethod::kFlexPrefill;  // gamma 0.6, tau 0.1, 4 strided representative blocks
   list.push_back({"flexprefill", config, 0.10});
+  // The "table1" preset: options calibrated to the paper's Table I densities on these synthetic heads.
+  for (const auto& [method, name, target] : {std::tuple{MaskMethod::kSparge, "sparge-table1", 0.05},
+                                             std::tuple{MaskMethod::kMInference, "minference-table1", 0.10},
+                                             std::tuple{MaskMethod::kFlexPrefill, "flexprefill-table1", 0.10}}) {
+    config = {};
+    config.method = method;
+    for (const PresetOption& option : preset_options(method, MethodPreset::kTable1)) set_preset_option(config, option);
+    list.push_back({name, config, target});
+  }
   return list;
 }
 

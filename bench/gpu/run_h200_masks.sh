@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything the mask methods need a GPU for, in one pass from a finished build (nothing is built): the
-# generators against their CPU references (wa_test_masks), compute-sanitizer memcheck and racecheck on a
-# small case, the Python front end on CUDA tensors, then the full-layer benchmark into
-# bench/results/h200-masks.json. Logs go to LOG_DIR.
+# generators against their CPU references (wa_test_masks), compute-sanitizer memcheck and racecheck on
+# small cases and the long-segment selection, the Python front end on CUDA tensors, then the full-layer
+# benchmark into bench/results/h200-masks.json. Logs go to LOG_DIR.
 #
 #   bench/gpu/run_h200_masks.sh BUILD_DIR LOG_DIR
 set -u
@@ -19,7 +19,7 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |near-ties|Failure" "$logs/tests.log" | so
 : >"$logs/sanitizer.log"
 for tool in memcheck racecheck; do
   timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/wa_test_masks" \
-    --gtest_filter='Methods/MethodMatchesReference.OnClusteredInputs/*_64_bf16' \
+    --gtest_filter='Methods/MethodMatchesReference.OnClusteredInputs/*_64_bf16:MaskSelection.*' \
     >>"$logs/sanitizer.log" 2>&1
   echo "compute-sanitizer $tool rc=$?"
 done

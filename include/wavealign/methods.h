@@ -120,6 +120,27 @@ struct MethodConfig {
   FlexPrefillOptions flexprefill;
 };
 
+/// Named option sets. kDefault: the options as documented (the methods' API defaults or the paper's values).
+/// kTable1: calibrated so that the synthetic workload's 40 Wan2.1-14B heads at 401 frames (363,600 tokens)
+/// come near the paper's Table I densities (SpargeAttn 28.3 %, MInference 18.3 %, FlexPrefill 29.4 %); they fit
+/// the synthetic heads, whose concentration the workload model sets, not Wan's real attention.
+enum class MethodPreset { kDefault, kTable1 };
+WA_ENUM_NAMES(MethodPreset, "preset", {MethodPreset::kDefault, "default"}, {MethodPreset::kTable1, "table1"});
+
+/// One option a preset sets: its keyword name (the Python keyword; the CLI flag is "--" with '-' for '_') and
+/// its value (one value for all heads where the option is per head).
+struct PresetOption {
+  const char* name;
+  double value;
+};
+/// The options `preset` sets for `method`, in a fixed order (none for kDefault; kTable1: SpargeAttn
+/// simthreshd1 -1 (filter off), cdfthreshd 0.96; MInference vertical_size 200, slash_size 2000; FlexPrefill
+/// gamma 0.965; XAttention none, its defaults stay).
+std::vector<PresetOption> preset_options(MaskMethod method, MethodPreset preset);
+/// Sets one of preset_options()' options in config (the other options untouched). Throws InvalidArgument
+/// ("preset") for a name preset_options() never returns.
+void set_preset_option(MethodConfig& config, const PresetOption& option);
+
 /// The checks every generator applies (CPU and GPU): throws InvalidArgument naming the option ("block",
 /// "scale", "stride", "threshold", "simthreshd1", ...) or "heads" / "tokens" / "head_dim".
 void check_method_config(const MethodConfig& config, int heads, int64_t tokens, int head_dim);

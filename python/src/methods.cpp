@@ -152,6 +152,16 @@ void bind_generator(nb::module_& module) {
 
 void bind_methods(nb::module_& module) {
   module.def(
+      "method_preset_options",
+      [](const std::string& method, const std::string& preset) {
+        std::vector<std::tuple<std::string, double>> options;
+        for (const PresetOption& option : preset_options(from_string<MaskMethod>(method), from_string<MethodPreset>(preset)))
+          options.emplace_back(option.name, option.value);
+        return options;
+      },
+      nb::arg("method"), nb::arg("preset"),
+      "The (keyword, value) pairs a named preset sets for a method; ValueError naming 'preset' for an unknown one.");
+  module.def(
       "method_check",
       [](const std::string& method, const nb::dict& options, int heads, int64_t tokens, int head_dim) {
         check_method_config(config_from(method, options), heads, tokens, head_dim);

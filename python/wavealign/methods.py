@@ -1,6 +1,7 @@
 """The paper's sparse-attention methods as mask generators, and adapters from the methods' own outputs.
 
     mask = wavealign.methods.xattention(q, k, threshold=0.9, stride=8)   # bool [H, MB, NB] (or [B*H, ...])
+    mask = wavealign.methods.flexprefill(q, k, preset="table1")          # Table I's densities (synthetic Q/K)
     plan = wavealign.plan(mask)
     out = wavealign.sparse_attention(q, k, v, plan)
 
@@ -38,7 +39,7 @@ _lock = threading.Lock()
 
 def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = 0.9, stride: int = 8,
                block_size: int = 128, force_first_kblock: bool = True, mask_padded_keys: bool = True,
-               force_dense: bool = False, scale: float | None = None) -> Any:
+               force_dense: bool = False, scale: float | None = None, preset: str = "default") -> Any:
     """XAttention: antidiagonal scores of stride x stride tiles, per-row cumulative threshold.
 
     Args:
@@ -49,30 +50,40 @@ def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = 0.9, stri
         mask_padded_keys: False = the reference's non-causal padding (zero keys take part in the softmax).
         force_dense: every block kept, nothing scored (warm-up steps, dense layers).
         scale: softmax scale; None = 1/sqrt(d).
+        preset: "default" or "table1" (docs/methods.md; it sets no XAttention option: the defaults stay).
     """
+    _with_preset("xattention", preset, {}, {})
     options = {"threshold": _per_head(threshold, "threshold"), "stride": check_int(stride, "stride", 1),
                "force_first_kblock": _flag(force_first_kblock, "force_first_kblock"),
                "mask_padded_keys": _flag(mask_padded_keys, "mask_padded_keys")}
     return _generate("xattention", q, k, options, block_size, force_dense, scale)
 
 
-def sparge(q: Any, k: Any, *, simthreshd1: float | Sequence[float] = 0.6, cdfthreshd: float | Sequence[float] = 0.98,
-           topk: float | Sequence[float] | None = None, smooth_k: bool = True, attention_sink: bool = False,
-           native_block: tuple[int, int] = (64, 128), nan_dense_partial_blocks: bool = False, block_size: int = 128,
-           force_dense: bool = False, scale: float | None = None) -> Any:
+def sparge(q: Any, k: Any, *, simthreshd1: float | Sequence[float] | None = None,
+           cdfthreshd: float | Sequence[float] | None = None, topk: float | Sequence[float] | None = None,
+           smooth_k: bool = True, attention_sink: bool = False, native_block: tuple[int, int] = (64, 128),
+           nan_dense_partial_blocks: bool = False, block_size: int = 128, force_dense: bool = False,
+           scale: float | None = None, preset: str = "default") -> Any:
     """SpargeAttn: mean-pooled Q/K, self-similarity filter, per-row TopCdf (or top-k) on its native blocks.
 
     Args:
-        simthreshd1: theta (a block is similar iff its mean pairwise cosine > theta), scalar or per head.
-        cdfthreshd: tau of TopCdf (the block that crosses tau excluded, at least one kept), scalar or per head.
+        simthreshd1: theta (a block is similar iff its mean pairwise cosine > theta), scalar or per head;
+            None = the preset's (default 0.6; "table1": -1, the filter off).
+        cdfthreshd: tau of TopCdf (the block that crosses tau excluded, at least one kept), scalar or per head;
+            None = the preset's (default 0.98; "table1": 0.96).
         topk: top-k mode instead: the kept fraction of key blocks per row, scalar or per head.
         smooth_k: subtract the sequence mean of K first.
         attention_sink: keep key block 0 in every row.
         native_block: (query, key) block the method works on: (64, 128) as on sm_90, or (128, 64); the map is
             then OR-reduced (or repeated) onto block_size.
         nan_dense_partial_blocks: parity: partial last blocks are non-similar (the reference's NaN).
+        preset: "default" or "table1" (options calibrated to the paper's Table I densities on the synthetic
+            workload at 401 frames; docs/methods.md); options given explicitly win.
     """
-    options = {"simthreshd1": _per_head(simthreshd1, "simthreshd1"), "cdfthreshd": _per_head(cdfthreshd, "cdfthreshd"),
+    chosen = _with_preset("sparge", preset, {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd},
+                          {"simthreshd1": 0.6, "cdfthreshd": 0.98})
+    options = {"simthreshd1": _per_head(chosen["simthreshd1"], "simthreshd1"),
+               "cdfthreshd": _per_head(chosen["cdfthreshd"], "cdfthreshd"),
                "smooth_k": _flag(smooth_k, "smooth_k"), "attention_sink": _flag(attention_sink, "attention_sink"),
                "native_block": _pair(native_block, "native_block"),
                "nan_dense_partial_blocks": _flag(nan_dense_partial_blocks, "nan_dense_partial_blocks")}
@@ -81,20 +92,25 @@ def sparge(q: Any, k: Any, *, simthreshd1: float | Sequence[float] = 0.6, cdfthr
     return _generate("sparge", q, k, options, block_size, force_dense, scale)
 
 
-def minference(q: Any, k: Any, *, vertical_size: int = 1000, slash_size: int = 6096, sampled_queries: int = 64,
-               query_sample: str = "strided", two_sided: bool = True, sink_tokens: int = 30, near_diagonals: int = 100,
-               block_size: int = 128, force_dense: bool = False, scale: float | None = None) -> Any:
+def minference(q: Any, k: Any, *, vertical_size: int | None = None, slash_size: int | None = None,
+               sampled_queries: int = 64, query_sample: str = "strided", two_sided: bool = True, sink_tokens: int = 30,
+               near_diagonals: int = 100, block_size: int = 128, force_dense: bool = False, scale: float | None = None,
+               preset: str = "default") -> Any:
     """MInference vertical-slash: top key columns and top diagonals of sampled queries' softmax.
 
     Args:
-        vertical_size, slash_size: columns and diagonals kept (at least 30 and 50, as in the reference).
+        vertical_size, slash_size: columns and diagonals kept (at least 30 and 50, as in the reference); None =
+            the preset's (default 1000 and 6096; "table1": 200 and 2000).
         sampled_queries: queries that score the keys; query_sample "strided" (spread over the video, the
             non-causal adaptation) or "last" (the causal reference's choice).
         two_sided: diagonals on both sides of the main one (video); False = below it only.
         sink_tokens, near_diagonals: first columns and diagonals |q - k| below this always kept.
+        preset: "default" or "table1" (docs/methods.md); options given explicitly win.
     """
-    options = {"vertical_size": check_int(vertical_size, "vertical_size", 0),
-               "slash_size": check_int(slash_size, "slash_size", 0),
+    chosen = _with_preset("minference", preset, {"vertical_size": vertical_size, "slash_size": slash_size},
+                          {"vertical_size": 1000, "slash_size": 6096})
+    options = {"vertical_size": check_int(chosen["vertical_size"], "vertical_size", 0),
+               "slash_size": check_int(chosen["slash_size"], "slash_size", 0),
                "sampled_queries": check_int(sampled_queries, "sampled_queries", 1),
                "query_sample": _choice(query_sample, "query_sample", QUERY_SAMPLES),
                "two_sided": _flag(two_sided, "two_sided"), "sink_tokens": check_int(sink_tokens, "sink_tokens", 0),
@@ -102,15 +118,15 @@ def minference(q: Any, k: Any, *, vertical_size: int = 1000, slash_size: int = 6
     return _generate("minference", q, k, options, block_size, force_dense, scale)
 
 
-def flexprefill(q: Any, k: Any, *, gamma: float = 0.6, tau: float = 0.1, min_budget: int = 1024,
+def flexprefill(q: Any, k: Any, *, gamma: float | None = None, tau: float = 0.1, min_budget: int = 1024,
                 max_budget: int | None = None, representative_blocks: int = 4, query_sample: str = "strided",
                 two_sided: bool = True, force_first_kblock: bool = True, js_nan_is_vertical_slash: bool = False,
                 budget_block_128: bool = False, block_size: int = 128, force_dense: bool = False,
-                scale: float | None = None) -> Any:
+                scale: float | None = None, preset: str = "default") -> Any:
     """FlexPrefill: coverage budgets of vertical and slash blocks, or query-aware heads by JS distance.
 
     Args:
-        gamma: coverage in (0, 1] (the paper's video runs: 0.60).
+        gamma: coverage in (0, 1]; None = the preset's (default 0.60, the paper's video runs; "table1": 0.965).
         tau: JS distance below which a head is query-aware (0 = never).
         min_budget, max_budget: token bounds of both budgets (max None = no bound).
         representative_blocks, query_sample: the query blocks that score the keys ("strided" over the video,
@@ -119,8 +135,10 @@ def flexprefill(q: Any, k: Any, *, gamma: float = 0.6, tau: float = 0.1, min_bud
         force_first_kblock: key block 0 is a forced vertical (the main diagonal always is).
         js_nan_is_vertical_slash, budget_block_128: parity with the reference's 0 log 0 = NaN and its
             hard-coded 128-token budget blocks.
+        preset: "default" or "table1" (docs/methods.md); options given explicitly win.
     """
-    options = {"gamma": _number(gamma, "gamma"), "tau": _number(tau, "tau"),
+    chosen = _with_preset("flexprefill", preset, {"gamma": gamma}, {"gamma": 0.6})
+    options = {"gamma": _number(chosen["gamma"], "gamma"), "tau": _number(tau, "tau"),
                "min_budget": check_int(min_budget, "min_budget", 0),
                "max_budget": 0 if max_budget is None else check_int(max_budget, "max_budget", 1),
                "representative_blocks": check_int(representative_blocks, "representative_blocks", 1),
@@ -176,6 +194,18 @@ def from_minference(vertical_indices: Any, slash_indices: Any, *, seq_len: int, 
 
 
 # ---- shared steps ----------------------------------------------------------------------------------------
+
+def _with_preset(method: str, preset: Any, given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The values of the preset-set options: the given ones (not None), else the preset's (from the C++ table),
+    else the documented defaults."""
+    if not isinstance(preset, str):
+        raise invalid("preset", f"must be a string (\"default\" or \"table1\"), got {type(preset).__name__}")
+    chosen = dict(defaults)
+    for name, value in _core.method_preset_options(method, preset):
+        chosen[name] = int(value) if isinstance(defaults.get(name), int) else value
+    chosen.update({name: value for name, value in given.items() if value is not None})
+    return chosen
+
 
 def _generate(method: str, q: Any, k: Any, options: dict[str, Any], block_size: Any, force_dense: Any,
               scale: Any) -> Any:

@@ -59,6 +59,22 @@ def test_per_head_thresholds(cli, tmp_path):
     assert mask[0].sum() < mask[1].sum()
 
 
+def test_table1_preset_and_given_flags_win(cli, tmp_path):
+    q, k = write_qk(tmp_path, tokens=512)
+    masks = {}
+    for name, flags in {"preset": ["--preset", "table1"], "explicit": ["--gamma", "0.965"],
+                        "override": ["--preset", "table1", "--gamma", "0.6"], "default": []}.items():
+        out = tmp_path / f"{name}.npy"
+        result = cli("mask", "--method", "flexprefill", "--q", q, "--k", k, "--block", "64", "--device", "cpu",
+                     "--out", out, "--json", *flags)
+        masks[name] = np.load(out)
+        assert json.loads(result.stdout)["preset"] == ("table1" if "--preset" in flags else "default")
+    assert (masks["preset"] == masks["explicit"]).all() and (masks["override"] == masks["default"]).all()
+    result = cli("mask", "--method", "flexprefill", "--preset", "paper", "--q", q, "--k", k, "--device", "cpu",
+                 "--out", tmp_path / "bad.npy", check=False)
+    assert result.returncode == 2 and "'--preset'" in result.stderr
+
+
 def test_flag_errors_name_the_flag(cli, tmp_path):
     q, k = write_qk(tmp_path)
     out = tmp_path / "mask.npy"

@@ -101,6 +101,37 @@ TEST(MethodRules, XAttentionReferencePaddingFollowsItsChunkRule) {
 
 // ---- force_dense and option checks -----------------------------------------------------------------------
 
+TEST(MethodRules, XAttentionLanesCoverEachKeyBlockOnce) {
+  // The GPU row pass: `group` threads of `width` logits tile a key block exactly, groups tile a warp, and
+  // float4 loads stay 16-byte aligned (width a multiple of 4 from 4 logits per key block up).
+  for (int per_block = 1; per_block <= 256; per_block *= 2) {
+    const methods::LaneSpan span = methods::xattention_lanes(per_block);
+    EXPECT_EQ(span.group * span.width, per_block) << per_block;
+    EXPECT_EQ(32 % span.group, 0) << per_block;
+    EXPECT_LE(span.width, methods::kXAttentionMaxWidth) << per_block;
+    if (per_block >= 4) EXPECT_EQ(span.width % 4, 0) << per_block;
+  }
+}
+
+TEST(MethodConfig, Table1PresetSetsItsOptionsOnly) {
+  for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,
+                            MaskMethod::kFlexPrefill})
+    EXPECT_TRUE(preset_options(method, MethodPreset::kDefault).empty());
+  MethodConfig config;
+  for (MaskMethod method : {MaskMethod::kSparge, MaskMethod::kMInference, MaskMethod::kFlexPrefill})
+    for (const PresetOption& option : preset_options(method, MethodPreset::kTable1)) set_preset_option(config, option);
+  EXPECT_EQ(config.sparge.simthreshd1, std::vector<double>{-1.0});
+  EXPECT_EQ(config.sparge.cdfthreshd, std::vector<double>{0.96});
+  EXPECT_EQ(config.minference.vertical_size, 200);
+  EXPECT_EQ(config.minference.slash_size, 2000);
+  EXPECT_EQ(config.flexprefill.gamma, 0.965);
+  EXPECT_EQ(config.xattention.threshold, std::vector<double>{0.9});  // XAttention keeps its defaults
+  EXPECT_TRUE(preset_options(MaskMethod::kXAttention, MethodPreset::kTable1).empty());
+  EXPECT_EQ(config.flexprefill.tau, FlexPrefillOptions{}.tau);
+  test_support::expect_invalid([&] { set_preset_option(config, {"tau", 0.5}); }, "preset");
+  test_support::expect_invalid([] { (void)from_string<MethodPreset>("paper"); }, "preset");
+}
+
 TEST(MethodConfig, ForceDenseKeepsEveryBlockOfEveryMethod) {
   const QkInputs inputs = clustered_qk(2, 200, 16, 1);
   for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,

@@ -75,6 +75,22 @@ def test_per_head_options_and_parity_flags_change_the_mask():
     assert (topk.sum(axis=-1) >= 3).all()  # floor(0.25 x 15) = 3 per row
 
 
+def test_table1_preset_sets_its_options_and_given_ones_win():
+    q, k = clustered(1, 2, 900, 32, seed=3)
+    assert (methods.sparge(q, k, preset="table1") == methods.sparge(q, k, simthreshd1=-1, cdfthreshd=0.96)).all()
+    assert (methods.sparge(q, k, preset="table1", cdfthreshd=0.5)
+            == methods.sparge(q, k, simthreshd1=-1, cdfthreshd=0.5)).all()
+    assert (methods.minference(q, k, preset="table1", block_size=64)
+            == methods.minference(q, k, vertical_size=200, slash_size=2000, block_size=64)).all()
+    assert (methods.flexprefill(q, k, preset="table1", block_size=64)
+            == methods.flexprefill(q, k, gamma=0.965, block_size=64)).all()
+    assert (methods.flexprefill(q, k, preset="table1", block_size=64, min_budget=0).sum()
+            > methods.flexprefill(q, k, block_size=64, min_budget=0).sum())
+    assert (methods.flexprefill(q, k, preset="default", block_size=64)
+            == methods.flexprefill(q, k, gamma=0.6, block_size=64)).all()
+    assert (methods.xattention(q, k, preset="table1") == methods.xattention(q, k)).all()
+
+
 def test_bad_arguments_name_themselves():
     q, k = clustered(1, 2, 256, 16)
     cases = [
@@ -93,6 +109,8 @@ def test_bad_arguments_name_themselves():
         (lambda: methods.flexprefill(q, k[:, :, :100]), "k"),
         (lambda: methods.flexprefill(q[0, 0], k[0, 0]), "q"),
         (lambda: methods.sparge(q.astype(np.int32), k.astype(np.int32)), "q"),
+        (lambda: methods.flexprefill(q, k, preset="paper"), "preset"),
+        (lambda: methods.xattention(q, k, preset=1), "preset"),
     ]
     for call, argument in cases:
         with pytest.raises(ValueError, match=f"invalid argument '{argument}'"):

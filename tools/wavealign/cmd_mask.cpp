@@ -35,6 +35,7 @@ struct MaskCommandOptions {
   std::string native_block = "64x128";
   bool reference_padding = false, no_first_kblock = false, no_smooth_k = false, one_sided = false;
   std::string query_sample = "strided";
+  std::string preset = "default";
   const CLI::App* command = nullptr;  // to tell which flags were given
 };
 
@@ -170,6 +171,13 @@ int generate(MaskCommandOptions options) {
   config.sparge.native_block = parse_block_shape(options.native_block);
   config.minference.two_sided = config.flexprefill.two_sided = !options.one_sided;
   config.minference.query_sample = config.flexprefill.query_sample = from_string<QuerySample>(options.query_sample);
+  // A preset's options where their flags are not given (a given flag wins).
+  for (const PresetOption& option : preset_options(config.method, from_string<MethodPreset>(options.preset))) {
+    std::string flag = std::string("--") + option.name;
+    for (char& c : flag)
+      if (c == '_') c = '-';
+    if (options.command->count(flag) == 0) set_preset_option(config, option);
+  }
   WA_CHECK_ARG(options.device == "auto" || options.device == "cpu" || options.device == "gpu", "--device",
                "must be auto, cpu or gpu, got ", options.device);
   [[maybe_unused]] const auto element_type = from_string<cuda::ElementType>(options.dtype);
@@ -203,6 +211,7 @@ int generate(MaskCommandOptions options) {
                                 {"device", on_gpu ? "gpu" : "cpu"},
                                 {"dtype", on_gpu ? options.dtype : "float32"},
                                 {"inputs", inputs.description},
+                                {"preset", options.preset},
                                 {"block", config.block},
                                 {"force_dense", config.force_dense},
                                 {"out", options.out},
@@ -252,6 +261,10 @@ Runner add_mask(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--dtype", options->dtype, "GPU input precision: bf16 or fp16")->capture_default_str();
   command->add_flag("--json", options->json, "print a JSON summary");
+  command->add_option("--preset", options->preset,
+                      "default, or table1: options calibrated to the paper's Table I densities on the synthetic "
+                      "workload at 401 frames (given flags win)")
+      ->capture_default_str();
   command->add_option("--block", config.block, "square block edge in tokens (128 or 64 for the kernel)")
       ->capture_default_str();
   command->add_flag("--force-dense", config.force_dense, "keep every block (dense warm-up steps and layers)");

@@ -62,8 +62,9 @@ BlockMask flexprefill_reference(const MethodConfig& config, const HostQk& qk, st
       for (int c = 0; c < d; ++c) query_mean[c] += q[size_t(query) * d + c];
     for (int c = 0; c < d; ++c) query_mean[c] /= rows;
     // Step 3: the coverage budgets (the token that crosses gamma included), as blocks.
-    trace.vertical_tokens = count_within(trace.vertical, descending_order(trace.vertical), options.gamma) + 1;
-    trace.slash_tokens = count_within(trace.slash, descending_order(trace.slash), options.gamma) + 1;
+    const double coverage = options.gamma * kProbabilityMass;
+    trace.vertical_tokens = count_within(trace.vertical, descending_order(trace.vertical), coverage) + 1;
+    trace.slash_tokens = count_within(trace.slash, descending_order(trace.slash), coverage) + 1;
     trace.vertical_blocks = budget_blocks(trace.vertical_tokens, budget_block, low, std::min<int64_t>(cap, blocks));
     trace.slash_blocks = budget_blocks(trace.slash_tokens, budget_block, low, std::min<int64_t>(cap, block_offsets));
     // Step 4: block pooling of both distributions.
@@ -119,7 +120,7 @@ BlockMask flexprefill_reference(const MethodConfig& config, const HostQk& qk, st
     }
     if (trace.query_aware) {
       const std::vector<int64_t> order = descending_order(trace.block_map);
-      trace.query_aware_blocks = count_within(trace.block_map, order, options.gamma * blocks);
+      trace.query_aware_blocks = count_within(trace.block_map, order, options.gamma * flexprefill_map_mass(blocks));
       for (int64_t p = 0; p < trace.query_aware_blocks; ++p)
         mask.set(int(head), int(order[p] / blocks), int(order[p] % blocks));
     }

@@ -83,6 +83,32 @@ WA_HOST_DEVICE inline int64_t xattention_key_columns(int64_t tokens, int stride,
   return (tokens + chunk - 1) / chunk * chunk / stride;
 }
 
+/// How XAttention's GPU row pass splits a key block of per_block logits (a power of two, block / stride) over
+/// threads: `group` consecutive threads (a divisor of 32), `width` consecutive logits each, so that a warp
+/// reads 32 x width consecutive floats (float4 loads: width 4 up to 128 logits per key block, 8 at 256;
+/// below 4 logits, one thread per key block).
+struct LaneSpan {
+  int group = 1;
+  int width = 1;
+};
+constexpr int kXAttentionMaxWidth = 8;
+WA_HOST_DEVICE inline LaneSpan xattention_lanes(int per_block) {
+  LaneSpan span;
+  span.group = per_block >= 4 ? (per_block / 4 < 32 ? per_block / 4 : 32) : 1;
+  span.width = per_block / span.group;
+  return span;
+}
+
+/// The masses the methods' cumulative rules measure their fraction against, on the CPU and the GPU alike
+/// (mass_target in selection_rule.h; kOwnTotal = each segment's own total). XAttention's threshold is a
+/// fraction of each row's mass. SpargeAttn's cdf and FlexPrefill's gamma are absolute cumulative probabilities,
+/// as in the references (cumsum <= tau): of 1 for a softmax row or a token distribution, of MB for
+/// FlexPrefill's pooled map of MB softmax rows. A one-sided slash distribution holds only the mass at
+/// delta >= 0 (the softmax runs over every key), so when that mass stays within gamma every diagonal counts.
+constexpr double kOwnTotal = 0;
+constexpr double kProbabilityMass = 1;
+WA_HOST_DEVICE inline double flexprefill_map_mass(int q_blocks) { return double(q_blocks); }
+
 /// Per-head value of a per-head option (one value for all heads, or one per head; host only).
 inline double per_head(const std::vector<double>& values, int head) {
   return values.size() == 1 ? values[0] : values[head];

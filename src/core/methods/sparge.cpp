@@ -105,7 +105,7 @@ BlockMask sparge_reference(const MethodConfig& config, const HostQk& qk, std::ve
       } else if (threshold >= 1) {
         selected = native_k;
       } else {
-        selected = count_within(row, order, threshold);
+        selected = count_within(row, order, threshold * kProbabilityMass);
       }
       selected = std::max<int64_t>(selected, 1);
       for (int64_t p = 0; p < selected; ++p) native_mask.set(int(head), i, int(order[p]));

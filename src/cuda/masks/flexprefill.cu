@@ -150,8 +150,9 @@ __global__ void blocks_kernel(const uint8_t* __restrict__ vertical_flags, const 
 }  // namespace
 
 // Heads are scored one by one (the logits buffer is per head), then decided and selected a group at a time:
-// every selection launch runs one thread block per head in parallel (a query-aware head's global selection
-// over its 2,841^2 pooled map takes one SM tens of milliseconds).
+// every selection launch covers the group's heads together (the segments past 65,536 values, the 727,199
+// diagonals and a query-aware head's 2,841^2 pooled map at 363,600 tokens, spread over many thread blocks
+// each; launch_select).
 void run_flexprefill(RunContext& context) {
   const FlexPrefillOptions& options = context.config.flexprefill;
   const QkLayout& qk = context.qk;
@@ -189,6 +190,8 @@ void run_flexprefill(RunContext& context) {
   uint8_t* query_aware = workspace.take<uint8_t>(size_t(group));
   uint8_t* vertical_flags = workspace.take<uint8_t>(size_t(group) * blocks);
   uint8_t* slash_flags = workspace.take<uint8_t>(size_t(group) * offsets);
+  void* select_scratch =
+      workspace.take<uint8_t>(select_scratch_bytes(group, std::max({tokens, diagonals, map_entries})));
   if (context.measuring) return;
 
   launch_sampled_positions(scratch.positions, sampled, tokens, options.query_sample, block, representative,
@@ -224,8 +227,10 @@ void run_flexprefill(RunContext& context) {
       SelectParams coverage = row_selection(values, heads, length, nullptr);
       coverage.rule = SelectRule::kWithinMass;
       coverage.fraction = options.gamma;
+      coverage.fixed_total = methods::kProbabilityMass;
       coverage.add = 1;
       coverage.counts_out = counts;
+      coverage.scratch = select_scratch;
       launch_select(coverage, context.stream);
     }
     pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets), kThreads, 0, context.stream>>>(
@@ -263,9 +268,11 @@ void run_flexprefill(RunContext& context) {
     WA_CUDA_CHECK(cudaMemsetAsync(slash_flags, 0, size_t(heads) * offsets, context.stream));
     SelectParams top_vertical = row_selection(vertical_blocks, heads, blocks, vertical_flags);
     top_vertical.counts = vertical_budget;
+    top_vertical.scratch = select_scratch;
     launch_select(top_vertical, context.stream);
     SelectParams top_slash = row_selection(slash_blocks, heads, offsets, slash_flags);
     top_slash.counts = slash_budget;
+    top_slash.scratch = select_scratch;
     launch_select(top_slash, context.stream);
     blocks_kernel<<<grid_for(int64_t(heads) * map_entries), kThreads, 0, context.stream>>>(
         vertical_flags, slash_flags, heads, blocks, options.two_sided, group_mask);
@@ -278,7 +285,9 @@ void run_flexprefill(RunContext& context) {
     SelectParams global = row_selection(block_map, heads, map_entries, group_mask);
     global.rule = SelectRule::kWithinMass;
     global.fraction = options.gamma;
+    global.fixed_total = methods::flexprefill_map_mass(blocks);
     global.enabled = query_aware;
+    global.scratch = select_scratch;
     launch_select(global, context.stream);
   }
 }

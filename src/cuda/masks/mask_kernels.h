@@ -87,7 +87,9 @@ enum class SelectRule {
 /// Segment s holds values[s * value_stride + i], i < length; the order is descending value, ties to the lower
 /// index. The count of the rule is then adjusted: count = min(max(count + add, min_count), length), 0 for a
 /// segment whose `enabled` byte is 0. Mass rules need finite values >= 0 (summed exactly as multiples of
-/// 2^-40); a fraction >= 1 keeps the whole segment.
+/// 2^-40); their target is fraction x the segment total, or fraction x fixed_total when that is > 0 (the
+/// method's mass, methods::kProbabilityMass etc. in core/methods/rules.h); a fraction >= 1 keeps the whole
+/// segment.
 struct SelectParams {
   const float* values = nullptr;
   int64_t value_stride = 0;
@@ -97,6 +99,7 @@ struct SelectParams {
   int64_t count = 0;                  // kTopCount: the count of every segment, unless `counts` is set
   const int64_t* counts = nullptr;    // kTopCount: per-segment counts (device)
   double fraction = 0;                // mass rules
+  double fixed_total = 0;             // mass rules: 0 = the segment's own total
   int64_t add = 0;
   int64_t min_count = 0;
   const uint8_t* enabled = nullptr;   // per segment, may be null (all enabled)
@@ -104,8 +107,13 @@ struct SelectParams {
   uint8_t* flags = nullptr;           // selected element i of segment s: flags[s * flag_stride + i] = 1 when
   int64_t flag_stride = 0;            //   i < flag_limit (others untouched); may be null (counts only)
   int64_t flag_limit = 0;
+  void* scratch = nullptr;            // select_scratch_bytes(segments, length) bytes (long segments only)
 };
 void launch_select(const SelectParams& params, cudaStream_t stream);
+/// Device scratch of a selection over `segments` segments of `length` values: 0 up to 65,536 values (one thread
+/// block per segment); above, the radix form's per-segment state and per-slice tie counts (4 KiB per segment
+/// and 8 bytes per 32,768 values). Scratch for the longest segments serves shorter ones too.
+size_t select_scratch_bytes(int segments, int64_t length);
 /// A selection over `segments` rows of `length` contiguous values, flags (may be null) in rows of the same
 /// length; the caller sets the rule and its fields.
 inline SelectParams row_selection(const float* values, int segments, int64_t length, uint8_t* flags) {

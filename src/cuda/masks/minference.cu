@@ -34,8 +34,8 @@ __global__ void force_kernel(float* __restrict__ columns, float* __restrict__ di
 }  // namespace
 
 // Heads are scored one by one (the logits buffer is per head), then selected and blocked a group at a time,
-// so that each selection launch runs one block per head in parallel: a single 727,199-offset segment takes
-// one SM a few milliseconds.
+// so that each selection launch covers the group's heads together (the 363,600 columns and 727,199 diagonals
+// of a video head spread over many thread blocks each; launch_select).
 void run_minference(RunContext& context) {
   const MInferenceOptions& options = context.config.minference;
   const QkLayout& qk = context.qk;
@@ -55,6 +55,7 @@ void run_minference(RunContext& context) {
   uint8_t* diagonal_flags = workspace.take<uint8_t>(size_t(group) * diagonals);
   uint8_t* column_blocks = workspace.take<uint8_t>(size_t(group) * blocks);
   int32_t* diagonal_prefix = workspace.take<int32_t>(size_t(group) * diagonals);
+  void* select_scratch = workspace.take<uint8_t>(select_scratch_bytes(group, std::max(tokens, diagonals)));
   if (context.measuring) return;
 
   launch_sampled_positions(scratch.positions, sampled, tokens, options.query_sample, 0, 0, context.stream);
@@ -71,9 +72,11 @@ void run_minference(RunContext& context) {
     WA_CUDA_CHECK(cudaMemsetAsync(diagonal_flags, 0, size_t(heads) * diagonals, context.stream));
     SelectParams columns = row_selection(column_scores, heads, tokens, column_flags);
     columns.count = vertical_keep;
+    columns.scratch = select_scratch;
     launch_select(columns, context.stream);
     SelectParams slashes = row_selection(diagonal_scores, heads, diagonals, diagonal_flags);
     slashes.count = slash_keep;
+    slashes.scratch = select_scratch;
     launch_select(slashes, context.stream);
     launch_column_blocks(column_flags, tokens, heads, blocks, context.config.block, column_blocks, context.stream);
     launch_prefix(diagonal_flags, diagonals, heads, diagonal_prefix, context.stream);

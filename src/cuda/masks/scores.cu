@@ -8,21 +8,13 @@
 #include "core/methods/rules.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/reduce.cuh"
 
 namespace wavealign::cuda::masks {
 namespace {
 
-constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 constexpr int kRowThreads = 512;
 constexpr int kSumThreads = 256;
-
-// (max, sum of exp(x - max)) pairs combine exactly as an online softmax does.
-__device__ inline void combine(float& top, float& sum, float other_top, float other_sum) {
-  const float next = fmaxf(top, other_top);
-  if (next == -INFINITY) return;  // both empty
-  sum = sum * expf(top - next) + other_sum * expf(other_top - next);
-  top = next;
-}
 
 __device__ inline void block_softmax_stats(const float* row, int64_t length, float& top, float& sum) {
   __shared__ float tops[32], sums[32];
@@ -37,21 +29,7 @@ __device__ inline void block_softmax_stats(const float* row, int64_t length, flo
       sum += expf(x - top);
     }
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    combine(top, sum, __shfl_xor_sync(kFullWarp, top, offset), __shfl_xor_sync(kFullWarp, sum, offset));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) {
-    tops[warp] = top;
-    sums[warp] = sum;
-  }
-  __syncthreads();
-  top = lane < warps ? tops[lane] : -INFINITY;
-  sum = lane < warps ? sums[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    combine(top, sum, __shfl_xor_sync(kFullWarp, top, offset), __shfl_xor_sync(kFullWarp, sum, offset));
+  block_softmax_combine(top, sum, tops, sums);
 }
 
 __global__ void __launch_bounds__(kRowThreads)

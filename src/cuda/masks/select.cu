@@ -2,8 +2,10 @@
 // core/methods/selection_rule.h (the boundary element of the rule, then everything before it in the order
 // "descending value, ties to the lower index"), each step one pass over the segment and one block reduction.
 // No sort: 32 steps for the key and, only when the boundary value is tied and its ties are split, up to 31
-// more over the index. Mass rules sum exact integers (units of 2^-40), so the result is deterministic on any
-// grid and equals the exact-arithmetic rule on the fp32 scores.
+// more over the index. Segments longer than kRadixLength take the radix form of the same rules instead, over
+// many thread blocks per segment. Mass rules sum exact integers (units of 2^-40), so the result is
+// deterministic on any grid and equals the exact-arithmetic rule on the fp32 scores.
+#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include "core/methods/selection_rule.h"
 #include "cuda/attention/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/reduce.cuh"
 
 namespace wavealign::cuda::masks {
 namespace {
@@ -83,14 +86,11 @@ __global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
     if (params.rule == SelectRule::kTopCount) {
       count = params.counts ? params.counts[segment] : params.count;
     } else {
-      const unsigned long long total = params.fraction >= 1 ? 0ull : at_least(0u, true).mass;
-      boundary = methods::mass_boundary(at_least, length, total, params.fraction,
+      boundary = methods::mass_boundary(at_least, length, params.fraction, params.fixed_total,
                                         params.rule == SelectRule::kReachMass);
       count = boundary.count;
     }
-    count += params.add;
-    if (count < params.min_count) count = params.min_count;
-    if (count > length) count = length;
+    count = methods::adjusted_count(count, params.add, params.min_count, length);
   }
   if (params.counts_out && threadIdx.x == 0) params.counts_out[segment] = count;
   if (params.flags == nullptr || count == 0) return;
@@ -118,10 +118,265 @@ __global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
     if (methods::kept(boundary, last_tie, i, order_key(values[i]))) flags[i] = 1;
 }
 
+// ---- long segments: the radix form, many thread blocks per segment ----
+// A single thread block re-reading a segment of millions of values 32 to 63 times keeps one SM busy for
+// milliseconds (FlexPrefill's query-aware maps: 8.07 M values per head at 363,600 tokens). Here every pass
+// spreads the segment over slices of kRadixSlice values, one thread block each: 4 histogram passes (8 bits of
+// the order key each) find the boundary key, 4 more only when a mass rule's adjusted count lands outside its
+// crossing key's ties, then one pass counts the boundary's ties per slice (only when they are split) and one
+// marks. Every tally is an integer sum (atomics in any order give the same value).
+constexpr int64_t kRadixLength = int64_t(1) << 16;
+constexpr int kRadixSlice = 32768;
+constexpr int kRadixThreads = 256;
+
+enum RadixPhase : int { kMassSearch = 0, kCountSearch = 1, kBoundaryKnown = 2, kNoBoundary = 3 };
+
+struct RadixState {
+  unsigned long long counts[methods::kRadixDigits];
+  unsigned long long masses[methods::kRadixDigits];
+  Tally above;        // keys above the chosen digits
+  uint32_t prefix = 0;
+  int phase = kNoBoundary;
+  int64_t count = 0;  // the adjusted count, once known
+  double target = 0;  // mass rules, from pass 0
+  Boundary boundary;
+};
+
+int radix_slices(int64_t length) { return int((length + kRadixSlice - 1) / kRadixSlice); }
+
+// After the rule: the count, and whether the boundary is known, must be searched by count, or is not needed.
+__device__ void settle(RadixState& state, const SelectParams& params, int64_t count, Boundary boundary) {
+  state.count = count;
+  state.prefix = 0;
+  state.above = Tally{};
+  if (count == 0 || count >= params.length || params.flags == nullptr) {
+    state.phase = kNoBoundary;
+  } else if (methods::locates(boundary, count)) {
+    boundary.count = count;
+    state.boundary = boundary;
+    state.phase = kBoundaryKnown;
+  } else {
+    state.phase = kCountSearch;
+  }
+}
+
+__global__ void radix_init_kernel(SelectParams params, RadixState* __restrict__ states) {
+  RadixState& state = states[blockIdx.x];
+  for (int d = threadIdx.x; d < methods::kRadixDigits; d += blockDim.x) {
+    state.counts[d] = 0;
+    state.masses[d] = 0;
+  }
+  if (threadIdx.x != 0) return;
+  state.boundary = Boundary{};
+  const int64_t length = params.length;
+  if (params.enabled != nullptr && params.enabled[blockIdx.x] == 0) {
+    settle(state, params, 0, Boundary{});
+  } else if (params.rule == SelectRule::kTopCount) {
+    const int64_t count = params.counts ? params.counts[blockIdx.x] : params.count;
+    settle(state, params, methods::adjusted_count(count, params.add, params.min_count, length), Boundary{});
+  } else if (params.fraction >= 1) {
+    settle(state, params, methods::adjusted_count(length, params.add, params.min_count, length), Boundary{});
+  } else {
+    state.phase = kMassSearch;
+    state.prefix = 0;
+    state.above = Tally{};
+  }
+}
+
+// Slice blockIdx.x of segment blockIdx.y: the digit histogram of the candidates of this pass.
+__global__ void __launch_bounds__(kRadixThreads)
+    radix_histogram_kernel(SelectParams params, RadixState* __restrict__ states, int pass) {
+  RadixState& state = states[blockIdx.y];
+  const int phase = state.phase;
+  if (phase != kMassSearch && phase != kCountSearch) return;
+  __shared__ unsigned int counts[methods::kRadixDigits];
+  __shared__ unsigned long long masses[methods::kRadixDigits];
+  for (int d = threadIdx.x; d < methods::kRadixDigits; d += blockDim.x) {
+    counts[d] = 0;
+    masses[d] = 0;
+  }
+  __syncthreads();
+  const uint32_t prefix = state.prefix;
+  const bool with_mass = phase == kMassSearch;
+  const float* values = params.values + int64_t(blockIdx.y) * params.value_stride;
+  const int64_t begin = int64_t(blockIdx.x) * kRadixSlice;
+  const int64_t end = begin + kRadixSlice < params.length ? begin + kRadixSlice : params.length;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float value = values[i];
+    const uint32_t key = order_key(value);
+    if (!methods::radix_candidate(key, prefix, pass)) continue;
+    const int digit = methods::radix_digit(key, pass);
+    atomicAdd(&counts[digit], 1u);
+    if (with_mass) atomicAdd(&masses[digit], methods::mass_units(value));
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < methods::kRadixDigits; d += blockDim.x) {
+    if (counts[d] == 0) continue;
+    atomicAdd(&state.counts[d], (unsigned long long)counts[d]);
+    if (with_mass) atomicAdd(&state.masses[d], masses[d]);
+  }
+}
+
+// One thread per segment: the digit of this pass (radix_choose), and after the last pass the boundary.
+__global__ void radix_choose_kernel(SelectParams params, RadixState* __restrict__ states, int pass) {
+  RadixState& state = states[blockIdx.x];
+  const int phase = state.phase;
+  if (phase != kMassSearch && phase != kCountSearch) return;
+  const bool mass = phase == kMassSearch, reach = params.rule == SelectRule::kReachMass;
+  const int64_t length = params.length;
+  if (mass && pass == 0) {
+    unsigned long long total = 0;
+    for (int d = 0; d < methods::kRadixDigits; ++d) total += state.masses[d];
+    state.target = methods::mass_target(params.fraction, params.fixed_total, total);
+    if (!methods::mass_passes(total, state.target, reach)) {
+      settle(state, params, methods::adjusted_count(length, params.add, params.min_count, length), Boundary{});
+      for (int d = 0; d < methods::kRadixDigits; ++d) state.counts[d] = state.masses[d] = 0;
+      return;
+    }
+  }
+  Tally above = state.above;
+  const double target = state.target;
+  const int64_t wanted = state.count;
+  int digit = mass ? methods::radix_choose(state.counts, state.masses, above,
+                                           [&](Tally t) { return methods::mass_passes(t.mass, target, reach); })
+                   : methods::radix_choose(state.counts, nullptr, above,
+                                           [&](Tally t) { return int64_t(t.count) >= wanted; });
+  if (digit < 0) digit = 0;  // not reached: the chosen prefix always passes
+  const unsigned long long digit_count = state.counts[digit];
+  for (int d = 0; d < methods::kRadixDigits; ++d) state.counts[d] = state.masses[d] = 0;
+  state.prefix |= uint32_t(digit) << methods::radix_shift(pass);
+  state.above = above;
+  if (pass < methods::kRadixPasses - 1) return;
+  if (mass) {
+    const Boundary boundary =
+        methods::finish_mass_boundary(state.prefix, above, above.count + digit_count, target, reach);
+    settle(state, params, methods::adjusted_count(boundary.count, params.add, params.min_count, length), boundary);
+  } else {
+    state.boundary = methods::finish_count_boundary(state.prefix, wanted, above.count, above.count + digit_count);
+    state.phase = kBoundaryKnown;
+  }
+}
+
+// Whether the boundary's ties are split (fewer taken than there are).
+__device__ inline bool ties_split(const RadixState& state) {
+  return state.phase == kBoundaryKnown &&
+         (unsigned long long)(state.count - int64_t(state.boundary.above)) < state.boundary.ties;
+}
+
+// Slice blockIdx.x of segment blockIdx.y: its count of boundary ties, when they are split.
+__global__ void __launch_bounds__(kRadixThreads)
+    radix_ties_kernel(SelectParams params, const RadixState* __restrict__ states, int slices,
+                      unsigned long long* __restrict__ slice_ties) {
+  __shared__ unsigned long long scratch[32];
+  const RadixState& state = states[blockIdx.y];
+  if (!ties_split(state)) return;
+  const uint32_t key = state.boundary.key;
+  const float* values = params.values + int64_t(blockIdx.y) * params.value_stride;
+  const int64_t begin = int64_t(blockIdx.x) * kRadixSlice;
+  const int64_t end = begin + kRadixSlice < params.length ? begin + kRadixSlice : params.length;
+  unsigned long long ties = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) ties += order_key(values[i]) == key;
+  ties = block_reduce(ties, 0ull, SumOp{}, scratch);
+  if (threadIdx.x == 0) slice_ties[int64_t(blockIdx.y) * slices + blockIdx.x] = ties;
+}
+
+// One thread per segment: the ties before each slice (exclusive prefix, in place), and the count out.
+__global__ void radix_tie_prefix_kernel(SelectParams params, const RadixState* __restrict__ states, int slices,
+                                        unsigned long long* __restrict__ slice_ties) {
+  const RadixState& state = states[blockIdx.x];
+  if (params.counts_out) params.counts_out[blockIdx.x] = state.count;
+  if (!ties_split(state)) return;
+  unsigned long long before = 0;
+  for (int slice = 0; slice < slices; ++slice) {
+    const unsigned long long ties = slice_ties[int64_t(blockIdx.x) * slices + slice];
+    slice_ties[int64_t(blockIdx.x) * slices + slice] = before;
+    before += ties;
+  }
+}
+
+// Slice blockIdx.x of segment blockIdx.y: flags of the kept elements (keys above the boundary's, and its first
+// `taken` ties in index order, ranked by a block scan per tile).
+__global__ void __launch_bounds__(kRadixThreads)
+    radix_mark_kernel(SelectParams params, const RadixState* __restrict__ states, int slices,
+                      const unsigned long long* __restrict__ slice_ties) {
+  using Scan = cub::BlockScan<unsigned int, kRadixThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  const RadixState& state = states[blockIdx.y];
+  const int64_t length = params.length, count = state.count;
+  if (count == 0) return;
+  uint8_t* flags = params.flags + int64_t(blockIdx.y) * params.flag_stride;
+  const int64_t limit = params.flag_limit < length ? params.flag_limit : length;
+  const int64_t begin = int64_t(blockIdx.x) * kRadixSlice;
+  const int64_t end = begin + kRadixSlice < length ? begin + kRadixSlice : length;
+  if (count >= length) {
+    for (int64_t i = begin + threadIdx.x; i < end && i < limit; i += blockDim.x) flags[i] = 1;
+    return;
+  }
+  if (state.phase != kBoundaryKnown) return;
+  const Boundary boundary = state.boundary;
+  const bool split = ties_split(state);
+  const unsigned long long taken = (unsigned long long)(count - int64_t(boundary.above));
+  unsigned long long rank = split ? slice_ties[int64_t(blockIdx.y) * slices + blockIdx.x] : 0ull;
+  const float* values = params.values + int64_t(blockIdx.y) * params.value_stride;
+  for (int64_t tile = begin; tile < end; tile += blockDim.x) {  // a uniform bound: every thread scans
+    const int64_t i = tile + threadIdx.x;
+    const uint32_t key = i < end ? order_key(values[i]) : 0u;
+    const bool tie = i < end && key == boundary.key;
+    bool keep = i < end && key > boundary.key;
+    if (split) {
+      unsigned int tie_rank = 0, tile_ties = 0;
+      Scan(scan_storage).ExclusiveSum(tie ? 1u : 0u, tie_rank, tile_ties);
+      keep = keep || (tie && rank + tie_rank < taken);
+      rank += tile_ties;
+      __syncthreads();  // the scan storage is reused by the next tile
+    } else {
+      keep = keep || tie;
+    }
+    if (keep && i < limit) flags[i] = 1;
+  }
+}
+
+void launch_radix_select(const SelectParams& params, cudaStream_t stream) {
+  WA_CHECK(params.scratch != nullptr, "a selection over segments of ", params.length,
+           " values needs scratch (select_scratch_bytes)");
+  WA_CHECK(params.segments <= 65535, "a selection over long segments takes at most 65,535 of them, got ",
+           params.segments);
+  auto* states = static_cast<RadixState*>(params.scratch);
+  auto* slice_ties = reinterpret_cast<unsigned long long*>(states + params.segments);
+  const int slices = radix_slices(params.length);
+  const dim3 grid(unsigned(slices), unsigned(params.segments));
+  radix_init_kernel<<<params.segments, kRadixThreads, 0, stream>>>(params, states);
+  WA_CUDA_CHECK(cudaGetLastError());
+  // Passes 4-7 serve only mass rules whose adjusted count needs its own boundary; the others return at once.
+  const int passes = params.rule == SelectRule::kTopCount ? methods::kRadixPasses : 2 * methods::kRadixPasses;
+  for (int pass = 0; pass < passes; ++pass) {
+    radix_histogram_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, pass % methods::kRadixPasses);
+    WA_CUDA_CHECK(cudaGetLastError());
+    radix_choose_kernel<<<params.segments, 1, 0, stream>>>(params, states, pass % methods::kRadixPasses);
+    WA_CUDA_CHECK(cudaGetLastError());
+  }
+  radix_ties_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slices, slice_ties);
+  WA_CUDA_CHECK(cudaGetLastError());
+  radix_tie_prefix_kernel<<<params.segments, 1, 0, stream>>>(params, states, slices, slice_ties);
+  WA_CUDA_CHECK(cudaGetLastError());
+  if (params.flags == nullptr) return;
+  radix_mark_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slices, slice_ties);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
+
+size_t select_scratch_bytes(int segments, int64_t length) {
+  if (length <= kRadixLength || segments <= 0) return 0;
+  return size_t(segments) * (sizeof(RadixState) + size_t(radix_slices(length)) * sizeof(unsigned long long));
+}
 
 void launch_select(const SelectParams& params, cudaStream_t stream) {
   if (params.segments <= 0 || params.length <= 0) return;
+  if (params.length > kRadixLength) {
+    launch_radix_select(params, stream);
+    return;
+  }
   // Short rows: 256 threads (11 values each at 2,841 blocks); long segments: 1024 threads for memory
   // parallelism, since only a few such blocks run at once.
   const int threads = params.length <= kStagedValues ? 256 : 1024;

@@ -112,6 +112,7 @@ void run_sparge(RunContext& context) {
     } else {
       select.rule = SelectRule::kWithinMass;
       select.fraction = methods::per_head(options.cdfthreshd, m);
+      select.fixed_total = methods::kProbabilityMass;
     }
     launch_select(select, context.stream);
     force_kernel<<<grid_for(map_entries), kThreads, 0, context.stream>>>(

@@ -1,8 +1,9 @@
 // XAttention on the GPU, per head: the strided antidiagonal logits as one GEMM of reshaped rows (queries
 // grouped by S in reverse order, keys in forward order, inner dimension S x d) in chunks of reshaped query
-// rows, an fp32 softmax fused with the block sums (one pass over the logits), then the per-row cumulative
-// selection. Cost at 363,600 tokens, S = 8, d = 128: 45,450^2 x 1,024 = 2.1 T multiply-adds per head in the
-// GEMM, and one read of its 8.3 GB of fp32 logits by the block-sum kernel.
+// rows, an fp32 softmax fused with the per-row key-block masses (one coalesced pass over the logits, one
+// thread block per row), the block scores as sums of those masses, then the per-row cumulative selection.
+// Cost at 363,600 tokens, S = 8, d = 128: 45,450^2 x 1,024 = 2.1 T multiply-adds per head in the GEMM, one
+// read of its 8.3 GB of fp32 logits, and 0.5 GB of row masses written and read (1/16 of the logits).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,43 +57,90 @@ __global__ void pack_kernel(const uint16_t* __restrict__ x, int64_t token_stride
   packed[item] = token < tokens ? x[token * token_stride + c] : uint16_t(0);
 }
 
-// One block per query block of the chunk. Thread t owns key blocks J = t, t + 256, ...: for each reshaped
-// row it takes the local max and sum of exp of J's per_block logits (columns past the valid keys read as the
-// reference's zero logits), the block combines them into the row's max and denominator, and each J adds its
-// share of the row's probability mass to its block score. Shared memory: 3 floats per key block.
-__global__ void block_sums_kernel(const float* __restrict__ logits, int64_t ld, int64_t first_row, int64_t rows,
-                                  int64_t columns, int per_block, int score_columns, float* __restrict__ scores) {
+constexpr int kRowThreads = 256;
+constexpr int kMaxWidth = methods::kXAttentionMaxWidth;
+
+// One thread block per reshaped query row of the chunk: mass[r, J] = the row's softmax mass in key block J,
+// sum over J's logits of exp(x - M) / S with M, S the row's max and denominator. The row is read once and
+// coalesced: `group` consecutive threads cover one key block, width = per_block / group consecutive logits
+// each (float4 loads; methods::xattention_lanes), and combine their (max, sum of exp) pairs by shuffles; the group's first thread keeps
+// the pair in shared memory (2 floats per key block) and folds it into its running row pair. Columns past the
+// valid keys read as the reference's zero logits; columns past `columns` do not exist.
+__global__ void __launch_bounds__(kRowThreads)
+    row_mass_kernel(const float* __restrict__ logits, int64_t ld, int64_t valid_columns, int64_t columns,
+                    int per_block, int score_columns, int group, float* __restrict__ mass) {
   extern __shared__ float shared[];
-  float* accumulated = shared;
-  float* local_max = shared + score_columns;
-  float* local_sum = shared + 2 * score_columns;
-  __shared__ float scratch[32];
-  const int64_t block_row = first_row / per_block + blockIdx.x;
-  for (int J = threadIdx.x; J < score_columns; J += blockDim.x) accumulated[J] = 0;
-  const int64_t row_begin = block_row * per_block, row_end = min(rows, row_begin + per_block);
-  for (int64_t i = row_begin; i < row_end; ++i) {
-    const float* row = logits + (i - first_row) * ld;
-    float thread_max = -INFINITY;
-    for (int J = threadIdx.x; J < score_columns; J += blockDim.x) {
-      const int64_t first = int64_t(J) * per_block, last = min(columns, first + per_block);
-      float top = -INFINITY;
-      for (int64_t j = first; j < last; ++j) top = fmaxf(top, j < rows ? row[j] : 0.0f);
-      float sum = 0;
-      for (int64_t j = first; j < last; ++j) sum += expf((j < rows ? row[j] : 0.0f) - top);
-      local_max[J] = top;
-      local_sum[J] = sum;
-      thread_max = fmaxf(thread_max, top);
+  float* block_max = shared;
+  float* block_sum = shared + score_columns;
+  __shared__ float tops[32], sums[32];
+  const float* row = logits + int64_t(blockIdx.x) * ld;
+  const int width = per_block / group, member = threadIdx.x % group, groups = blockDim.x / group;
+  float row_top = -INFINITY, row_sum = 0;
+  // The sweep bound is uniform over the block, so whole warps reach the shuffles.
+  for (int base = 0; base < score_columns; base += groups) {
+    const int J = base + int(threadIdx.x) / group;
+    const int64_t first = int64_t(J) * per_block + int64_t(member) * width;
+    // Loops over kMaxWidth with guards unroll fully, so `values` stays in registers.
+    float values[kMaxWidth];
+    int count = 0;
+    if (J < score_columns) {
+      if (width % 4 == 0 && first + width <= valid_columns && first + width <= columns) {
+#pragma unroll
+        for (int e = 0; e < kMaxWidth; e += 4) {
+          if (e < width) {
+            const float4 quad = *reinterpret_cast<const float4*>(row + first + e);
+            values[e] = quad.x;
+            values[e + 1] = quad.y;
+            values[e + 2] = quad.z;
+            values[e + 3] = quad.w;
+          }
+        }
+        count = width;
+      } else {
+#pragma unroll
+        for (int e = 0; e < kMaxWidth; ++e) {
+          if (e < width && first + e < columns) {
+            values[e] = first + e < valid_columns ? row[first + e] : 0.0f;
+            count = e + 1;
+          }
+        }
+      }
     }
-    const float row_max = block_reduce(thread_max, -INFINITY, MaxOp{}, scratch);
-    float thread_sum = 0;
-    for (int J = threadIdx.x; J < score_columns; J += blockDim.x)
-      thread_sum += local_sum[J] * expf(local_max[J] - row_max);
-    const float inverse = 1.0f / block_reduce(thread_sum, 0.0f, SumOp{}, scratch);
-    for (int J = threadIdx.x; J < score_columns; J += blockDim.x)
-      accumulated[J] += local_sum[J] * expf(local_max[J] - row_max) * inverse;
+    float top = -INFINITY, sum = 0;
+#pragma unroll
+    for (int e = 0; e < kMaxWidth; ++e)
+      if (e < count) top = fmaxf(top, values[e]);
+#pragma unroll
+    for (int e = 0; e < kMaxWidth; ++e)
+      if (e < count) sum += expf(values[e] - top);
+    for (int offset = group / 2; offset > 0; offset >>= 1)
+      softmax_combine(top, sum, __shfl_xor_sync(0xFFFFFFFFu, top, offset), __shfl_xor_sync(0xFFFFFFFFu, sum, offset));
+    if (member == 0 && J < score_columns) {
+      block_max[J] = top;
+      block_sum[J] = sum;
+      softmax_combine(row_top, row_sum, top, sum);
+    }
   }
+  block_softmax_combine(row_top, row_sum, tops, sums);  // begins with a barrier: the pairs are visible
+  const float inverse = 1.0f / row_sum;
+  float* out = mass + int64_t(blockIdx.x) * score_columns;
   for (int J = threadIdx.x; J < score_columns; J += blockDim.x)
-    scores[block_row * score_columns + J] = accumulated[J];
+    out[J] = block_sum[J] * expf(block_max[J] - row_top) * inverse;
+}
+
+// Block score (I, J) = the sum of mass[r, J] over the reshaped rows r of query block I (in row order); one
+// thread per (query block of the chunk, key block), coalesced along J.
+__global__ void block_scores_kernel(const float* __restrict__ mass, int64_t chunk_rows, int per_block,
+                                    int score_columns, int64_t first_block, int64_t query_blocks,
+                                    float* __restrict__ scores) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= query_blocks * score_columns) return;
+  const int64_t I = item / score_columns;
+  const int J = int(item % score_columns);
+  const int64_t row_begin = I * per_block, row_end = min(chunk_rows, row_begin + per_block);
+  float sum = 0;
+  for (int64_t r = row_begin; r < row_end; ++r) sum += mass[r * score_columns + J];
+  scores[(first_block + I) * score_columns + J] = sum;
 }
 
 unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
@@ -108,19 +156,21 @@ void run_xattention(RunContext& context) {
   uint16_t* keys = context.workspace->take<uint16_t>(size_t(shape.rows) * width);
   uint16_t* queries = context.workspace->take<uint16_t>(size_t(shape.chunk_rows) * width);
   float* logits = context.workspace->take<float>(size_t(shape.chunk_rows) * shape.ld);
+  float* mass = context.workspace->take<float>(size_t(shape.chunk_rows) * shape.score_columns);
   float* scores = context.workspace->take<float>(size_t(blocks) * shape.score_columns);
   if (context.measuring) return;
 
-  const size_t shared_bytes = size_t(3) * shape.score_columns * sizeof(float);
+  const size_t shared_bytes = size_t(2) * shape.score_columns * sizeof(float);
   int device = 0, shared_limit = 0;
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  WA_CHECK_ARG(shared_bytes + 32 * sizeof(float) <= size_t(shared_limit), "tokens",
+  WA_CHECK_ARG(shared_bytes + 64 * sizeof(float) <= size_t(shared_limit), "tokens",
                "too long for XAttention's block sums on this device: ", shape.score_columns,
                " key blocks need ", shared_bytes, " bytes of shared memory, the limit is ", shared_limit);
-  WA_CUDA_CHECK(cudaFuncSetAttribute(block_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  WA_CUDA_CHECK(cudaFuncSetAttribute(row_mass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      int(shared_bytes)));
   const float alpha = float(context.scale / options.stride);
+  const int group = methods::xattention_lanes(shape.per_block).group;
   for (int m = 0; m < context.mask_heads; ++m) {
     pack_kernel<<<grid_for(shape.rows * width), kThreads, 0, context.stream>>>(
         qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.rows, keys);
@@ -132,9 +182,12 @@ void run_xattention(RunContext& context) {
       WA_CUDA_CHECK(cudaGetLastError());
       gemm_16bit_nt(context.blas, qk.element_type, rows, shape.rows, width, alpha, queries, width, 0, keys, width, 0,
                     logits, shape.ld, 0, 1);
+      row_mass_kernel<<<unsigned(rows), kRowThreads, shared_bytes, context.stream>>>(
+          logits, shape.ld, shape.rows, shape.columns, shape.per_block, shape.score_columns, group, mass);
+      WA_CUDA_CHECK(cudaGetLastError());
       const int64_t query_blocks = (rows + shape.per_block - 1) / shape.per_block;
-      block_sums_kernel<<<unsigned(query_blocks), kThreads, shared_bytes, context.stream>>>(
-          logits, shape.ld, first, shape.rows, shape.columns, shape.per_block, shape.score_columns, scores);
+      block_scores_kernel<<<grid_for(query_blocks * shape.score_columns), kThreads, 0, context.stream>>>(
+          mass, rows, shape.per_block, shape.score_columns, first / shape.per_block, query_blocks, scores);
       WA_CUDA_CHECK(cudaGetLastError());
     }
     uint8_t* head_mask = context.dense + int64_t(m) * blocks * blocks;
@@ -145,6 +198,7 @@ void run_xattention(RunContext& context) {
     select.segments = blocks;
     select.rule = SelectRule::kReachMass;
     select.fraction = methods::per_head(options.threshold, m);
+    select.fixed_total = methods::kOwnTotal;
     select.flags = head_mask;
     select.flag_stride = blocks;
     select.flag_limit = blocks;
