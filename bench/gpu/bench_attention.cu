@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda_check.h"
 #include "gpu_clock_sampler.h"
 #include "wavealign/attention.h"
 #include "wavealign/io.h"
@@ -54,12 +55,6 @@ namespace {
 using namespace wavealign;
 using wavealign::cuda::ElementType;
 using wavealign::cuda::KernelPath;
-
-#define BENCH_CUDA(call)                                                                             \
-  do {                                                                                               \
-    const cudaError_t status = (call);                                                               \
-    if (status != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(status)); \
-  } while (0)
 
 struct Options {
   int heads = 8;
@@ -209,24 +204,24 @@ int run(const Options& o) {
   const size_t elements = size_t(o.heads) * size_t(o.tokens) * size_t(o.head_dim);
   void *q, *k, *v, *out, *workspace, *items, *d_row_ptr = nullptr, *d_col_idx = nullptr;
   float* lse;
-  BENCH_CUDA(cudaMalloc(&q, elements * 2));
-  BENCH_CUDA(cudaMalloc(&k, elements * 2));
-  BENCH_CUDA(cudaMalloc(&v, elements * 2));
-  BENCH_CUDA(cudaMalloc(&out, elements * 2));
-  BENCH_CUDA(cudaMalloc(&lse, size_t(o.heads) * o.tokens * sizeof(float)));
+  WA_BENCH_CUDA(cudaMalloc(&q, elements * 2));
+  WA_BENCH_CUDA(cudaMalloc(&k, elements * 2));
+  WA_BENCH_CUDA(cudaMalloc(&v, elements * 2));
+  WA_BENCH_CUDA(cudaMalloc(&out, elements * 2));
+  WA_BENCH_CUDA(cudaMalloc(&lse, size_t(o.heads) * o.tokens * sizeof(float)));
   const bool bf16 = o.type == ElementType::kBf16;
   fill_random<<<1024, 256>>>(static_cast<uint16_t*>(q), elements, o.seed * 3 + 1, bf16);
   fill_random<<<1024, 256>>>(static_cast<uint16_t*>(k), elements, o.seed * 3 + 2, bf16);
   fill_random<<<1024, 256>>>(static_cast<uint16_t*>(v), elements, o.seed * 3 + 3, bf16);
-  BENCH_CUDA(cudaGetLastError());
+  WA_BENCH_CUDA(cudaGetLastError());
   if (!o.dense) {
-    BENCH_CUDA(cudaMalloc(&d_row_ptr, row_ptr.size() * sizeof(int64_t)));
-    BENCH_CUDA(cudaMalloc(&d_col_idx, std::max<size_t>(col_idx.size(), 1) * sizeof(int32_t)));
-    BENCH_CUDA(cudaMemcpy(d_row_ptr, row_ptr.data(), row_ptr.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(d_col_idx, col_idx.data(), col_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    WA_BENCH_CUDA(cudaMalloc(&d_row_ptr, row_ptr.size() * sizeof(int64_t)));
+    WA_BENCH_CUDA(cudaMalloc(&d_col_idx, std::max<size_t>(col_idx.size(), 1) * sizeof(int32_t)));
+    WA_BENCH_CUDA(cudaMemcpy(d_row_ptr, row_ptr.data(), row_ptr.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    WA_BENCH_CUDA(cudaMemcpy(d_col_idx, col_idx.data(), col_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   }
-  BENCH_CUDA(cudaMalloc(&items, schedule.items.size() * sizeof(ScheduleItem)));
-  BENCH_CUDA(cudaMemcpy(items, schedule.items.data(), schedule.items.size() * sizeof(ScheduleItem), cudaMemcpyHostToDevice));
+  WA_BENCH_CUDA(cudaMalloc(&items, schedule.items.size() * sizeof(ScheduleItem)));
+  WA_BENCH_CUDA(cudaMemcpy(items, schedule.items.data(), schedule.items.size() * sizeof(ScheduleItem), cudaMemcpyHostToDevice));
 
   cuda::SparseAttentionArgs args;
   args.q = q;
@@ -250,31 +245,31 @@ int run(const Options& o) {
     std::fprintf(stderr, "unsupported: %s\n", support.reason.c_str());
     return 2;
   }
-  BENCH_CUDA(cudaMalloc(&workspace, cuda::workspace_bytes(args)));
+  WA_BENCH_CUDA(cudaMalloc(&workspace, cuda::workspace_bytes(args)));
 
   int device = 0, l2_bytes = 0;
-  BENCH_CUDA(cudaGetDevice(&device));
-  BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  WA_BENCH_CUDA(cudaGetDevice(&device));
+  WA_BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
   void* flush = nullptr;
   const size_t flush_bytes = size_t(l2_bytes) * 2;
-  if (o.cold_l2) BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
+  if (o.cold_l2) WA_BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
 
   cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreate(&stream));
+  WA_BENCH_CUDA(cudaStreamCreate(&stream));
   cudaEvent_t start, stop;
-  BENCH_CUDA(cudaEventCreate(&start));
-  BENCH_CUDA(cudaEventCreate(&stop));
+  WA_BENCH_CUDA(cudaEventCreate(&start));
+  WA_BENCH_CUDA(cudaEventCreate(&stop));
   // One launch between the events, after the L2 flush (warm-up and timed runs alike); its kernel time in ms.
   int launches = 0;
   auto launch = [&]() {
-    if (o.cold_l2) BENCH_CUDA(cudaMemsetAsync(flush, launches & 0xFF, flush_bytes, stream));
+    if (o.cold_l2) WA_BENCH_CUDA(cudaMemsetAsync(flush, launches & 0xFF, flush_bytes, stream));
     ++launches;
-    BENCH_CUDA(cudaEventRecord(start, stream));
+    WA_BENCH_CUDA(cudaEventRecord(start, stream));
     cuda::sparse_attention(args, workspace, stream);
-    BENCH_CUDA(cudaEventRecord(stop, stream));
-    BENCH_CUDA(cudaEventSynchronize(stop));
+    WA_BENCH_CUDA(cudaEventRecord(stop, stream));
+    WA_BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    WA_BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
     return ms;
   };
   // Loaded before the warm-up, so opening NVML leaves no idle gap between the warm-up and the timed runs.
@@ -326,7 +321,7 @@ int run(const Options& o) {
   }
   // A NaN in the output would make the timing meaningless: check a sample of LSE.
   std::vector<float> lse_host(std::min<size_t>(size_t(o.heads) * o.tokens, 1 << 20));
-  BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  WA_BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
   const size_t nan_count = std::count_if(lse_host.begin(), lse_host.end(), [](float x) { return std::isnan(x); });
   if (nan_count > 0) {
     std::fprintf(stderr, "error: %zu NaN LSE values\n", nan_count);

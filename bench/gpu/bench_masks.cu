@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench_cuda_check.h"
 #include "wavealign/attention.h"
 #include "wavealign/gpu_plan.h"
 #include "wavealign/methods.h"
@@ -38,15 +39,6 @@
 namespace {
 
 using namespace wavealign;
-
-#define BENCH_CUDA(call)                                                                           \
-  do {                                                                                             \
-    const cudaError_t status = (call);                                                             \
-    if (status != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status));                  \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 struct Options {
   int frames = 401;
@@ -148,22 +140,22 @@ double median(std::vector<double> values) {
 template <class Enqueue>
 double timed(cudaStream_t stream, Enqueue&& enqueue) {
   cudaEvent_t start, stop;
-  BENCH_CUDA(cudaEventCreate(&start));
-  BENCH_CUDA(cudaEventCreate(&stop));
-  BENCH_CUDA(cudaEventRecord(start, stream));
+  WA_BENCH_CUDA(cudaEventCreate(&start));
+  WA_BENCH_CUDA(cudaEventCreate(&stop));
+  WA_BENCH_CUDA(cudaEventRecord(start, stream));
   enqueue();
-  BENCH_CUDA(cudaEventRecord(stop, stream));
-  BENCH_CUDA(cudaEventSynchronize(stop));
+  WA_BENCH_CUDA(cudaEventRecord(stop, stream));
+  WA_BENCH_CUDA(cudaEventSynchronize(stop));
   float ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  BENCH_CUDA(cudaEventDestroy(start));
-  BENCH_CUDA(cudaEventDestroy(stop));
+  WA_BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  WA_BENCH_CUDA(cudaEventDestroy(start));
+  WA_BENCH_CUDA(cudaEventDestroy(stop));
   return ms;
 }
 
 void* device_alloc(size_t bytes) {
   void* pointer = nullptr;
-  BENCH_CUDA(cudaMalloc(&pointer, std::max<size_t>(bytes, 1)));
+  WA_BENCH_CUDA(cudaMalloc(&pointer, std::max<size_t>(bytes, 1)));
   return pointer;
 }
 
@@ -172,7 +164,7 @@ void* device_alloc(size_t bytes) {
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   cudaDeviceProp properties{};
-  BENCH_CUDA(cudaGetDeviceProperties(&properties, 0));
+  WA_BENCH_CUDA(cudaGetDeviceProperties(&properties, 0));
   const VideoShape shape = video_shape(ModelPreset::kWan21_14B, options.frames);
   const int heads = std::min(options.heads, shape.heads), d = shape.head_dim;
   const int64_t tokens = shape.tokens();
@@ -188,7 +180,7 @@ int main(int argc, char** argv) {
       const __nv_bfloat16 value = __float2bfloat16_rn(values[i]);
       std::memcpy(&staging[i], &value, 2);
     }
-    BENCH_CUDA(cudaMemcpy(target, staging.data(), head_elements * 2, cudaMemcpyHostToDevice));
+    WA_BENCH_CUDA(cudaMemcpy(target, staging.data(), head_elements * 2, cudaMemcpyHostToDevice));
   };
   for (int h = 0; h < heads; ++h) {
     const HeadQkv qkv = generate_head_qkv(shape, h, options.seed);
@@ -198,7 +190,7 @@ int main(int argc, char** argv) {
   }
   auto* o = static_cast<uint16_t*>(device_alloc(elements * 2));
   cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  WA_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   const int blocks = blocks_for(tokens, 128);
   const int64_t rows = int64_t(heads) * blocks, entries = rows * blocks;
@@ -232,12 +224,12 @@ int main(int argc, char** argv) {
     outputs.col_capacity = entries;
     auto generate = [&] { generator.run(qk, outputs, workspace, workspace_bytes, stream); };
     generate();  // warm-up: the cuBLAS handle, first-touch of the workspace
-    BENCH_CUDA(cudaStreamSynchronize(stream));
+    WA_BENCH_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> mask_runs;
     for (int i = 0; i < options.iters; ++i) mask_runs.push_back(timed(stream, generate));
 
     std::vector<int64_t> pointers(size_t(rows + 1));
-    BENCH_CUDA(cudaMemcpy(pointers.data(), row_ptr, pointers.size() * 8, cudaMemcpyDeviceToHost));
+    WA_BENCH_CUDA(cudaMemcpy(pointers.data(), row_ptr, pointers.size() * 8, cudaMemcpyDeviceToHost));
     std::vector<double> head_density(static_cast<size_t>(heads));
     for (int h = 0; h < heads; ++h)
       head_density[h] = double(pointers[size_t(h + 1) * blocks] - pointers[size_t(h) * blocks]) /
@@ -265,7 +257,7 @@ int main(int argc, char** argv) {
     void* attention_workspace = device_alloc(cuda::workspace_bytes(args));
     auto attend = [&] { cuda::sparse_attention(args, attention_workspace, stream); };
     attend();
-    BENCH_CUDA(cudaStreamSynchronize(stream));
+    WA_BENCH_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> attention_runs;
     for (int i = 0; i < options.attention_iters; ++i) attention_runs.push_back(timed(stream, attend));
 
@@ -296,8 +288,8 @@ int main(int argc, char** argv) {
         {"meets_target", mask_ms / attention_ms <= bench_case.target}};
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
-    BENCH_CUDA(cudaFree(attention_workspace));
-    BENCH_CUDA(cudaFree(workspace));
+    WA_BENCH_CUDA(cudaFree(attention_workspace));
+    WA_BENCH_CUDA(cudaFree(workspace));
   }
   return 0;
 }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_cuda_check.h"
 #include "wavealign/gpu_plan.h"
 #include "wavealign/plan.h"
 #include "wavealign/workload.h"
@@ -28,15 +29,6 @@
 namespace {
 
 using namespace wavealign;
-
-#define WA_BENCH_CUDA(call)                                                                        \
-  do {                                                                                             \
-    const cudaError_t status = (call);                                                             \
-    if (status != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status));                  \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 struct Options {
   int heads = 40;
