@@ -31,6 +31,7 @@ warm=(--warmup-ms 2000)
 # WA_FRAMES="401" runs the 401-frame cases alone (a shorter call).
 frame_counts=${WA_FRAMES:-401 161}
 
+source "$(dirname "$0")/ncu_cases.sh"
 density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
 tokens_of() { [ "$1" = 401 ] && echo 363600 || echo 147600; }
 
@@ -102,19 +103,6 @@ if runs fa4; then
 fi
 
 if runs ncu; then
-  # sm__cycles_elapsed.avg.per_second: the SM clock of the profiled launch (not controlled, see above).
-  metrics=lts__t_sector_hit_rate.pct,lts__t_sector_op_read_hit_rate.pct,lts__t_sectors_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-  for frames in $frame_counts; do
-    for mask in video random; do
-      for order in original s1 s2 wavealign shuffled; do
-        echo "# case frames=$frames mask=$mask order=$order" >>"$logs/ncu.csv"
-        timeout 120 ncu --clock-control none --cache-control all -k regex:fwd_kernel --launch-count 1 \
-          --metrics "$metrics" --csv "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" \
-          --density "$(density_of $mask)" --order "$order" --warmup 0 --iters 1 --json \
-          >>"$logs/ncu.csv" 2>>"$logs/errors.txt"
-      done
-    done
-  done
-  echo "ncu rows: $(grep -c lts__t_sector_hit_rate "$logs/ncu.csv")"
+  ncu_kernel_cases "$bench" "$logs/ncu.csv" "$frame_counts" original s1 s2 wavealign shuffled 2>>"$logs/errors.txt"
 fi
 tail -n 5 "$logs/errors.txt" 2>/dev/null

@@ -24,6 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 candidates=(original s2 wavealign wave-union hilbert chain com span fiedler)
 others=(s1 shuffled morton rcm lsh lsh-gated minhash hypergraph spectral)
 
+source "$(dirname "$0")/ncu_cases.sh"
 density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
 runs() { [ "$what" = all ] || [ "$what" = "$1" ]; }
 
@@ -41,19 +42,7 @@ time_orders() {  # kernel time of each order in every case
 }
 
 profile_orders() {  # one profiled launch of each order in every case
-  metrics=lts__t_sector_hit_rate.pct,lts__t_sector_op_read_hit_rate.pct,lts__t_sectors_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-  for frames in 401 161; do
-    for mask in video random; do
-      for order in "$@"; do
-        echo "# case frames=$frames mask=$mask order=$order" >>"$logs/orders-ncu.csv"
-        timeout 120 ncu --clock-control none --cache-control all -k regex:fwd_kernel --launch-count 1 \
-          --metrics "$metrics" --csv "$bench" --model wan2.1-14b --frames "$frames" --heads 4 --mask "$mask" \
-          --density "$(density_of $mask)" --order "$order" --warmup 0 --iters 1 --json \
-          >>"$logs/orders-ncu.csv" 2>>"$logs/errors.txt"
-      done
-    done
-  done
-  echo "ncu rows: $(grep -c lts__t_sector_hit_rate "$logs/orders-ncu.csv")"
+  ncu_kernel_cases "$bench" "$logs/orders-ncu.csv" "401 161" "$@" 2>>"$logs/errors.txt"
 }
 
 runs kernel && time_orders "${candidates[@]}"
