@@ -67,6 +67,7 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
         seq_lengths = getattr(source, "seq_lengths", None)
         q_len = int(seq_lengths[0]) if seq_lengths is not None else q_blocks * q_block
         mask_mod = _permuted_mask_mod(torch, _token_mask_mod(source), permutation.to(device), q_block, q_len)
+        kept = _listed_blocks(torch, tensors, plan.kv_blocks)
     else:
         dense = _permuted_dense(torch, plan)
         if device is None:
@@ -78,7 +79,8 @@ def block_mask(plan: Plan, seq_len: int, *, device: Any = None) -> Any:
         tensors["full_kv_indices"] = torch.argsort((~dense).to(torch.uint8), dim=-1, stable=True).to(torch.int32)[None]
         tensors["kv_num_blocks"] = torch.zeros_like(tensors["full_kv_num_blocks"])
         tensors["kv_indices"] = torch.zeros_like(tensors["full_kv_indices"])
-    mask_mod = _within_blocks(torch, tensors, plan.kv_blocks, (q_block, kv_block), mask_mod)
+        kept = dense[None]
+    mask_mod = _within_blocks(kept, (q_block, kv_block), mask_mod)
     options = {"BLOCK_SIZE": (q_block, kv_block), "mask_mod": mask_mod, "seq_lengths": (q_blocks * q_block, seq_len),
                "full_kv_num_blocks": tensors.get("full_kv_num_blocks"),
                "full_kv_indices": tensors.get("full_kv_indices")}
@@ -114,22 +116,25 @@ def _token_mask_mod(source: Any) -> Callable | None:
     return None if mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask" else mask_mod
 
 
-def _within_blocks(torch: Any, tensors: dict[str, Any], kv_blocks: int, block: tuple[int, int],
-                   mask_mod: Callable | None) -> Callable:
-    """mask_mod that keeps a token pair only inside a listed (partial or full) block, and there where the given
-    mask_mod (if any) keeps it."""
+def _listed_blocks(torch: Any, tensors: dict[str, Any], kv_blocks: int) -> Any:
+    """bool [B, H, MB, NB]: the blocks a BlockMask's (partial and full) index lists name."""
     batch, heads, q_blocks = (int(n) for n in tensors["kv_num_blocks"].shape)
-    indices = tensors["kv_indices"]
-    kept = torch.zeros(batch, heads, q_blocks, kv_blocks + 1, dtype=torch.bool, device=indices.device)
+    kept = torch.zeros(batch, heads, q_blocks, kv_blocks + 1, dtype=torch.bool,
+                       device=tensors["kv_indices"].device)
     for count_name, index_name in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices")):
         count, index = tensors.get(count_name), tensors.get(index_name)
         if count is None:
             continue
         listed = torch.arange(index.shape[-1], device=index.device) < count[..., None]
         kept.scatter_(3, torch.where(listed, index.to(torch.int64), kv_blocks), True)
-    kept = kept[..., :kv_blocks]
+    return kept[..., :kv_blocks]
+
+
+def _within_blocks(kept: Any, block: tuple[int, int], mask_mod: Callable | None) -> Callable:
+    """mask_mod that keeps a token pair only inside a kept block (kept: bool [B, H, MB, NB]), and there where
+    the given mask_mod (if any) keeps it."""
     q_block, kv_block = block
-    batched, multi_head = batch > 1, heads > 1
+    batched, multi_head = kept.shape[0] > 1, kept.shape[1] > 1
 
     def within(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
         keep = kept[b if batched else 0, h if multi_head else 0, q_idx // q_block, kv_idx // kv_block]
