@@ -10,8 +10,8 @@ MASKS/METHOD-FRAMES.npy with its JSON summary beside it), Q, K, V seeded normal 
   the original order's, bit for bit. The WaveAlign row also records what the adaptive skip with the H200
   profile would decide per head.
 - impl "flashattention4" (when flash_attn.cute imports): FA4's block-sparse forward on the original mask
-  (the baseline, kind "kernel", order "original"), on the WaveAlign-permuted queries and mask (kind "kernel",
-  order "wavealign") and the whole plug-in path wavealign.fa4.sparse_attention (kind "plugin": permute Q, FA4,
+  (the baseline, kind "kernel", order "original"), on the permuted queries and mask of each --fa4-orders
+  order (kind "kernel"; WaveAlign by default) and the whole plug-in path wavealign.fa4.sparse_attention (kind "plugin": permute Q, FA4,
   unpermute O), with the time to build FA4's block-sparse tensors of each plan, and the plug-in output
   against the baseline, bit for bit.
 
@@ -27,6 +27,7 @@ collect_evaluation.py checks the counts and the kernel names).
 
     PYTHONPATH=build/python python3 bench/gpu/bench_evaluation.py --masks DIR --frames 401,161 \\
         [--methods xattention,sparge,minference,flexprefill] [--impls wavealign,flashattention4] [--iters 3] \\
+        [--orders original,s1,s2,wavealign[,com,span,wave-union,hilbert,chain]] [--fa4-orders wavealign,...] \\
         [--warmup-ms 2000] [--fig14 DIR] [--profile --cases-out FILE]
 
 Prints one JSON object per line: {"bench": "evaluation", "impl", "kind", "method", "frames", "tokens", "order",
@@ -54,6 +55,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "bench" / "results" / "h200-skip-profile.json"
 METHODS = ("xattention", "sparge", "minference", "flexprefill")
 ORDERS = ("original", "s1", "s2", "wavealign")
+# Issue 13's candidates beyond the paper's orders (docs/reordering.md), each followed by Stage 2; those without
+# a GPU plan are planned on the CPU, and their rows say so ("planner": "cpu").
+FURTHER_ORDERS = ("com", "span", "wave-union", "hilbert", "chain")
 IMPLS = ("wavealign", "flashattention4")
 HEAD_DIM = 128
 BLOCK = 128
@@ -112,14 +116,22 @@ def synchronized_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def gpu_plan(mask: Any, order: str, repeats: int) -> tuple[Any, float, list[float]]:
-    """The GPU plan of `order` (skip off) and the median host time of plan + CSR over `repeats` builds; the
-    first build, which makes the planner of this shape and order, is not timed."""
+    """The plan of `order` (skip off) and the median host time of plan + CSR over `repeats` builds; the first
+    build, which makes the planner of this shape and order, is not timed. On the mask's GPU where the order has
+    a GPU plan, else on the CPU (the plan's `planner` says which; a CPU plan is timed once)."""
+    planner = "auto"
+    try:
+        wavealign.plan(mask, order=order, skip="never")
+    except ValueError:
+        planner, repeats = "cpu", 1
+
     def build() -> Any:
-        plan = wavealign.plan(mask, order=order, skip="never")
+        plan = wavealign.plan(mask, order=order, skip="never", planner=planner)
         plan.csr()  # the kernel's CSR of a GPU plan is derived on first use: part of what a call pays
         return plan
 
-    build()
+    if planner != "cpu":
+        build()
     runs = []
     for _ in range(repeats):
         plan, ms = synchronized_ms(build)
@@ -162,7 +174,8 @@ def run_wavealign(mask: Any, qkv: tuple, common: dict, args: Any, sampler: Clock
         output = call()
         ms, clocks = time_ms(call, args.iters, True, sampler, warmup=1, warmup_ms=warm.take())
         row = {**common, "impl": "wavealign", "kind": "kernel", "order": order, "ms": ms,
-               "tflops": flops / ms / 1e9, "plan_ms": plan_ms, "plan_ms_runs": plan_runs, **clocks}
+               "tflops": flops / ms / 1e9, "plan_ms": plan_ms, "plan_ms_runs": plan_runs,
+               "planner": plan.planner, **clocks}
         if order == "wavealign":
             row["adaptive_skip"] = adaptive_skip(mask, common["tokens"])
         print_json(row)
@@ -183,32 +196,31 @@ def run_fa4(parts: tuple, mask: Any, fa4_qkv: tuple, common: dict, args: Any, sa
     q4, k4, v4 = fa4_qkv  # FA4's layout [1, L, H, d]
     tokens, heads = common["tokens"], common["heads"]
     flops = 4.0 * BLOCK * BLOCK * HEAD_DIM * common["nnz_blocks"]
-    original = wavealign.plan(mask, order="original", skip="never")
-    plan, plan_ms, plan_runs = gpu_plan(mask, "wavealign", args.plan_repeats)
-    tensors = {}
-    tensors_ms = {}
-    for name, each in (("original", original), ("wavealign", plan)):
-        tensors[name], tensors_ms[name] = synchronized_ms(
-            lambda each=each: fa4.block_sparse_tensors(each, tokens, heads=heads, device=q4.device))
-    q_permuted = fa4.permute_rows(plan, q4)
-    calls = {
-        ("kernel", "original"): lambda: flash_attn_func(q4, k4, v4, block_sparse_tensors=tensors["original"])[0],
-        ("kernel", "wavealign"): lambda: flash_attn_func(q_permuted, k4, v4,
-                                                         block_sparse_tensors=tensors["wavealign"])[0],
-        ("plugin", "wavealign"): lambda: fa4.sparse_attention(q4, k4, v4, plan),
-    }
+    plans = {"original": (wavealign.plan(mask, order="original", skip="never"), 0.0, [])}
+    for order in args.fa4_orders:
+        plans[order] = gpu_plan(mask, order, args.plan_repeats)
+    tensors, tensors_ms, calls = {}, {}, {}
+    for order, (plan, _, _) in plans.items():
+        tensors[order], tensors_ms[order] = synchronized_ms(
+            lambda plan=plan: fa4.block_sparse_tensors(plan, tokens, heads=heads, device=q4.device))
+        q_order = q4 if order == "original" else fa4.permute_rows(plan, q4)
+        calls[("kernel", order)] = (lambda q_order=q_order, order=order:
+                                    flash_attn_func(q_order, k4, v4, block_sparse_tensors=tensors[order])[0])
+    if "wavealign" in plans:
+        calls[("plugin", "wavealign")] = lambda: fa4.sparse_attention(q4, k4, v4, plans["wavealign"][0])
     # FA4 compiles on a layout's first call (~20 s, the GPU idle): the next timing warms up in full again.
     outputs, first_calls_ms = synchronized_ms(lambda: {key: call() for key, call in calls.items()})
     if first_calls_ms > 1000:
         warm.reset()
     for (kind, order), call in calls.items():
+        plan, plan_ms, plan_runs = plans[order]
         ms, clocks = time_ms(call, args.iters, True, sampler, warmup=1, warmup_ms=warm.take())
         print_json({**common, "impl": "flashattention4", "kind": kind, "order": order, "ms": ms,
-                    "tflops": flops / ms / 1e9, "plan_ms": 0.0 if order == "original" else plan_ms,
-                    "plan_ms_runs": [] if order == "original" else plan_runs,
-                    "fa4_tensors_ms": tensors_ms[order], **clocks})
-    print_json(check_row("flashattention4", "plugin wavealign", "original", common,
-                         outputs[("plugin", "wavealign")], outputs[("kernel", "original")]))
+                    "tflops": flops / ms / 1e9, "plan_ms": plan_ms, "plan_ms_runs": plan_runs,
+                    "planner": plan.planner, "fa4_tensors_ms": tensors_ms[order], **clocks})
+    if "wavealign" in plans:
+        print_json(check_row("flashattention4", "plugin wavealign", "original", common,
+                             outputs[("plugin", "wavealign")], outputs[("kernel", "original")]))
 
 
 def profile_cases(masks: pathlib.Path, frames: int, args: Any, qkv: tuple, fa4_qkv: tuple | None,
@@ -248,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--masks", type=pathlib.Path, required=True, help="folder of METHOD-FRAMES.npy/.json")
     parser.add_argument("--frames", type=frame_list, required=True, help="comma-separated pixel frame counts")
     parser.add_argument("--methods", type=implementations(METHODS), default=METHODS)
-    parser.add_argument("--orders", type=implementations(ORDERS), default=ORDERS)
+    parser.add_argument("--orders", type=implementations(ORDERS + FURTHER_ORDERS), default=ORDERS)
+    parser.add_argument("--fa4-orders", type=implementations(ORDERS[1:] + FURTHER_ORDERS), default=("wavealign",),
+                        help="FA4's orders besides the original one (the plug-in path runs in WaveAlign order)")
     parser.add_argument("--impls", type=implementations(IMPLS), default=IMPLS)
     parser.add_argument("--iters", type=positive_int, default=3)
     parser.add_argument("--plan-repeats", type=positive_int, default=3)

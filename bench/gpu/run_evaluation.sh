@@ -3,13 +3,17 @@
 # 15), in one pass from a finished build: Wan2.1-14B 720p at 161, 241, 321 and 401 frames (147,600 to 363,600
 # tokens), 4 heads, d = 128, bf16, blocks of 128, the four mask methods' GPU generators on the synthetic Q/K.
 #
-#   bench/gpu/run_evaluation.sh BUILD_DIR LOG_DIR [timing|ncu|all]
+#   bench/gpu/run_evaluation.sh BUILD_DIR LOG_DIR [timing|ncu|orders|all]
 #
 # timing: the masks (BUILD_DIR/evaluation-masks, reused when present), our kernel's dense mode per length, our
 #   kernel in the original, S1, S2 and WaveAlign order with the GPU plan's cost (bench_evaluation.py), FA4
 #   through the plug-in path in the original and WaveAlign order (when flash_attn.cute imports; `source
 #   bench/gpu/fa4_wheels.sh install DIR` first), head 0 of each 401-frame mask and plans (Fig. 14), and the
 #   simulator on every mask (CPU, in the background).
+# orders: the candidate row orders of docs/reordering.md (com, span, wave-union, hilbert; CPU-planned where the
+#   order has no GPU plan) beside original / S2 / WaveAlign on every method's mask at 401 and 161 frames
+#   (WA_ORDER_FRAMES=401 for the longest alone), on our
+#   kernel and FA4 (LOG_DIR/orders.jsonl).
 # ncu: Nsight Compute on the 401-frame cases, one launch each: every method x order (our kernel) and the FA4
 #   original / WaveAlign pair, then our dense mode and a random mask at density 0.20 (Table I).
 # Each part alone fits in one 10-minute call; both together are budgeted at 8 minutes. Every step runs under a
@@ -17,8 +21,8 @@
 # gpu.txt, steps.jsonl, masks.jsonl, dense.jsonl, timing.jsonl, simulate.jsonl, fig14/, ncu*.csv,
 # ncu-cases.jsonl, errors.txt}; bench/gpu/collect_evaluation.py LOG_DIR makes the figures and the document.
 set -u
-build=${1:?usage: run_evaluation.sh BUILD_DIR LOG_DIR [timing|ncu|all]}
-logs=${2:?usage: run_evaluation.sh BUILD_DIR LOG_DIR [timing|ncu|all]}
+build=${1:?usage: run_evaluation.sh BUILD_DIR LOG_DIR [timing|ncu|orders|all]}
+logs=${2:?usage: run_evaluation.sh BUILD_DIR LOG_DIR [timing|ncu|orders|all]}
 part=${3:-all}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$build" && pwd)
@@ -53,7 +57,7 @@ method_flags() {
 }
 
 # Budgets in seconds: the timeout of each step (the estimates on the H200 are about half of each).
-declare -A budget=([masks]=80 [dense]=25 [kernel]=75 [fa4]=120 [ncu]=130 [ncu-dense]=30 [simulate]=220)
+declare -A budget=([masks]=80 [dense]=25 [kernel]=75 [fa4]=120 [ncu]=130 [ncu-dense]=30 [simulate]=220 [orders]=240)
 timing_steps=(masks dense kernel fa4)
 ncu_steps=(ncu ncu-dense)
 
@@ -111,6 +115,10 @@ row = json.load(sys.stdin); row.update(method="random", frames=401); print(json.
     fa4)
       python3 "$driver" --masks "$masks" --frames "$frames_csv" --impls flashattention4 --iters 3 \
         --warmup-ms 2000 >>"$logs/timing.jsonl" 2>>"$logs/errors.txt" ;;
+    orders)  # issue 13's candidate orders on the methods' masks, our kernel and FA4 (docs/reordering.md)
+      python3 "$driver" --masks "$masks" --frames "${WA_ORDER_FRAMES:-401,161}" --impls wavealign,flashattention4 --iters 3 \
+        --warmup-ms 2000 --orders original,s2,wavealign,com,span,wave-union,hilbert \
+        --fa4-orders s2,wavealign,com,span,wave-union >>"$logs/orders.jsonl" 2>>"$logs/errors.txt" ;;
     ncu)
       make_masks 401
       rm -f "$logs/ncu-cases.jsonl"
@@ -132,8 +140,8 @@ if [[ $part == step:* ]]; then
   exit $?
 fi
 case $part in
-  timing | ncu | all) ;;
-  *) echo "run_evaluation.sh: part must be timing, ncu or all, got '$part'" >&2; exit 2 ;;
+  timing | ncu | orders | all) ;;
+  *) echo "run_evaluation.sh: part must be timing, ncu, orders or all, got '$part'" >&2; exit 2 ;;
 esac
 
 # step NAME: runs step NAME under its budget and records its elapsed time and exit status (124: out of time).
@@ -157,6 +165,13 @@ printf '{"command": "bench/gpu/run_evaluation.sh %s", "commit": "%s", "date": "%
   "$*" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -u +%Y-%m-%d)" \
   "$(ncu --version 2>/dev/null | tail -n 1)" "$heads" >>"$logs/meta.jsonl"
 
+if [ "$part" = orders ]; then
+  step masks
+  step orders
+  echo "order rows: $(grep -c '"ms"' "$logs/orders.jsonl")"
+  tail -n 5 "$logs/errors.txt" 2>/dev/null
+  exit 0
+fi
 if [ "$part" != ncu ]; then
   step masks
   step simulate >/dev/null &
