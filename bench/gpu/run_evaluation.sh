@@ -57,7 +57,7 @@ method_flags() {
 }
 
 # Budgets in seconds: the timeout of each step (the estimates on the H200 are about half of each).
-declare -A budget=([masks]=80 [dense]=25 [kernel]=75 [fa4]=120 [ncu]=130 [ncu-dense]=30 [simulate]=220 [orders]=240)
+declare -A budget=([masks]=150 [dense]=25 [kernel]=75 [fa4]=120 [ncu]=130 [ncu-dense]=30 [simulate]=220 [orders]=240)
 timing_steps=(masks dense kernel fa4)
 ncu_steps=(ncu ncu-dense)
 
