@@ -1,8 +1,9 @@
-// The GPU plan against the CPU plan: every order (the paper's and the index orders com and span), dense, CSR (both index widths) and FlexAttention inputs,
-// partial shapes, empty rows and masks, statistics and skip flags (with and without a calibrated skip profile),
-// the original and permuted CSRs, the batch schedules, the device validation of CSR and Flex masks against
-// the host ingest (every rule, random corruptions), concurrent calls with their own scratch, graph capture,
-// the plan cache, and the host-side argument checks (which run without a device).
+// The GPU plan against the CPU plan: every order (the paper's and the index orders com and span), dense, CSR
+// (both index widths) and FlexAttention inputs, partial shapes, empty rows and masks, statistics and skip flags
+// (with and without a calibrated skip profile), the original and permuted CSRs, the batch schedules, the device
+// validation of CSR and Flex masks against the host ingest (every rule, random corruptions), concurrent calls
+// with their own scratch, graph capture, the plan cache, and the host-side argument checks (which run without a
+// device).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
