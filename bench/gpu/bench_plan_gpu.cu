@@ -6,7 +6,8 @@
 //
 // --stage1 picks Stage 1's product kernel (tensor: the default, fixed-point input on the integer tensor cores;
 // gather: the first design; all (or its older name both): one line per kernel and input form, for comparing
-// them in one run).
+// them in one run). --order times any order with a GPU plan (order_has_gpu_plan: the paper's, com, span); an
+// order without Stage 1 prints one line per input form, with "stage1": "none".
 //
 //   wa_bench_plan_gpu [--heads N] [--frames F] [--density D] [--repeats R] [--order NAME] [--input dense|csr|both]
 //                     [--stage1 tensor|gather|all]
@@ -132,20 +133,24 @@ int main(int argc, char** argv) {
   const double bits_bytes = double(total_rows) * row_words * 8;
   const double bits_t_bytes = double(heads) * cols * col_words * 8;
   const bool stage1 = config.order == Order::kS1 || config.order == Order::kWaveAlign;
+  // Rows sorted by a key per row: Stage 1's angles or the index keys of com (one sort) and span (two).
+  const int row_sorts = stage1 || config.order == Order::kCom ? 1 : config.order == Order::kSpan ? 2 : 0;
 
   if (options.stage1 != "all" && options.stage1 != "tensor" && options.stage1 != "gather") {
     std::fprintf(stderr, "--stage1 must be tensor, gather or all\n");
     return 2;
   }
+  std::vector<std::string> stage1_paths;  // Stage 1's product kernels to time; "none" without Stage 1
+  for (const char* path : {"tensor", "gather"})
+    if (stage1 && (options.stage1 == "all" || options.stage1 == path)) stage1_paths.push_back(path);
+  if (!stage1) stage1_paths.push_back("none");
   std::vector<std::pair<std::string, std::string>> runs;  // (Stage 1 product kernel, input form)
-  for (const char* stage1_path : {"tensor", "gather"})
+  for (const std::string& stage1_path : stage1_paths)
     for (const char* form : {"dense", "csr"})
-      if ((options.stage1 == "all" || options.stage1 == stage1_path) &&
-          (options.input == "both" || options.input == form))
-        runs.emplace_back(stage1_path, form);
+      if (options.input == "both" || options.input == form) runs.emplace_back(stage1_path, form);
   for (const auto& [stage1_path, form] : runs) {
     // Read by every plan() call (src/cuda/plan/plan_kernels.h), the graph below is captured with this kernel.
-    setenv("WA_PLAN_STAGE1_PRODUCTS", stage1_path.c_str(), 1);
+    if (stage1) setenv("WA_PLAN_STAGE1_PRODUCTS", stage1_path.c_str(), 1);
     cuda::DeviceMask device_mask;
     uint8_t* dense = nullptr;
     int64_t* row_ptr = nullptr;
@@ -224,9 +229,15 @@ int main(int argc, char** argv) {
     // several times through L2).
     const double pack_bytes = input_bytes + bits_bytes + (stage1 ? 2 * bits_t_bytes + bits_bytes : 0);
     const double stats_bytes = 3 * bits_bytes;
+    // Without Stage 1 the "iterations" stage holds com's and span's index keys: the bits and row NNZ in, a key
+    // and a row index out (span: a second key).
     const double iteration_bytes =
-        stage1 ? (config.iterations + 1) * (bits_bytes + bits_t_bytes + 16.0 * (2 * total_rows + heads * cols)) : 0;
-    const double sort_bytes = stage1 ? 2.0 * 12 * total_rows * 8 + 4.0 * 4 * total_rows : 8.0 * total_rows;
+        stage1 ? (config.iterations + 1) * (bits_bytes + bits_t_bytes + 16.0 * (2 * total_rows + heads * cols))
+        : row_sorts ? bits_bytes + double(total_rows) * (4 + 12 + (row_sorts - 1) * 8)
+                    : 0;
+    // Each row sort: 8 radix passes over (8-byte key, 4-byte row) in and out; then the Stage 2 rank sort.
+    const double sort_bytes =
+        row_sorts ? row_sorts * 2.0 * 12 * total_rows * 8 + 4.0 * 4 * total_rows : 8.0 * total_rows;
     const double schedule_bytes = double(total_rows) * (4 + 4 + 4 + 8);
     // Counts (permutation and row NNZ in, int64 out), the scan (int64 in and out), the columns (permutation,
     // row pointer and the original rows' bits in, 4 bytes per entry out).

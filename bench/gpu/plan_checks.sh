@@ -3,13 +3,14 @@
 # product kernels, compute-sanitizer on the device validation, the batch schedules and the concurrent calls,
 # the Python GPU suites (the GPU plan against the CPU plan, the refusal of invalid masks, the concurrency stress
 # test and the memory test), and the plan timing of a Wan2.1-14B layer from dense and from CSR input (the CSR
-# input now includes its validation). Logs go to LOG_DIR.
+# input now includes its validation), in the default order and in com, span and s2 (plan-index-orders.json:
+# what the index orders cost against Stage 2 alone). Logs go to LOG_DIR.
 #
 #   bench/gpu/plan_checks.sh BUILD_DIR LOG_DIR
 #
 # What passes: every "rc=0" line, "ERROR SUMMARY: 0 errors" / "RACECHECK SUMMARY: 0 hazards" for each tool, the
-# pytest lines ending in "passed" with no "failed", and in plan.json heads_equal_to_cpu = heads and
-# permuted_csr_equal = true for both inputs.
+# pytest lines ending in "passed" with no "failed", and in plan.json and plan-index-orders.json
+# heads_equal_to_cpu = heads and permuted_csr_equal = true on every line.
 set -u
 build=${1:-build}
 logs=${2:-plan-logs}
@@ -46,3 +47,11 @@ done
 timeout 600 "$build/bench/wa_bench_plan_gpu" --heads 40 --input both --repeats 20 >"$logs/plan.json" 2>&1
 echo "wa_bench_plan_gpu rc=$?"
 cat "$logs/plan.json"
+
+: >"$logs/plan-index-orders.json"
+for order in com span s2; do
+  timeout 300 "$build/bench/wa_bench_plan_gpu" --heads 40 --input both --repeats 20 --order "$order" \
+    >>"$logs/plan-index-orders.json" 2>&1
+  echo "wa_bench_plan_gpu --order $order rc=$?"
+done
+cat "$logs/plan-index-orders.json"

@@ -79,8 +79,8 @@ struct GpuPlanOutputs {
 struct GpuPlanTimes {
   double bitpack_ms = 0;     // bit-packing, transposed bits, column counts
   double stats_ms = 0;       // row NNZ, Jaccard, wave unions, skip flags
-  double iterations_ms = 0;  // Stage 1: start block, T iterations, Rayleigh-Ritz, angles
-  double sorts_ms = 0;       // per-head angle sort, Stage 2 wave sort, shuffle
+  double iterations_ms = 0;  // Stage 1: start block, T iterations, Rayleigh-Ritz, angles; com / span: the index keys
+  double sorts_ms = 0;       // per-head row sort(s), Stage 2 wave sort, shuffle
   double schedule_ms = 0;    // permutation, inverse, schedule
   double permuted_csr_ms = 0;  // permuted row counts, their scan, the column indices (0 when not asked for)
   double total_ms = 0;
@@ -113,8 +113,8 @@ class GpuPlanner {
   int64_t tokens() const { return tokens_; }
 
   /// Bytes of device workspace for this shape and config: prepared_bytes() + scratch_bytes(), the prepared
-  /// part first. Orders with Stage 1 ask CUB for the sort's storage (needs a device); the others need none
-  /// (the CSR scans' storage is a bound that prepare() checks).
+  /// part first. Orders that sort rows by a key (s1, wavealign, com, span) ask CUB for the sort's storage
+  /// (needs a device); the others need none (the CSR scans' storage is a bound that prepare() checks).
   size_t workspace_bytes() const;
   /// The part prepare() writes and plan() keeps (256-byte aligned; 0 when there is nothing to keep).
   size_t prepared_bytes() const;

@@ -108,7 +108,7 @@ void sort_waves_by_nnz(std::span<int32_t> order, std::span<const int32_t> row_nn
 
 /// Stage 2 follows: s2, wavealign and the spatial orders (com ... rcm); not the paper's Table II baselines.
 bool order_runs_stage2(Order order);
-/// The GPU planner builds this order (original, s1, s2, wavealign, shuffled); the others are CPU only.
+/// The GPU planner builds this order (original, s1, s2, wavealign, shuffled, com, span); the others are CPU only.
 bool order_has_gpu_plan(Order order);
 /// The order's permutation before Stage 2 for the orders beyond the paper's (com ... spectral); throws
 /// InvalidArgument("order") for the others.

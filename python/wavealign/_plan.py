@@ -409,7 +409,8 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
               into heads; its BLOCK_SIZE overrides `block_size`).
         wave_size: rows per wave W; None = the slots of `gpu` (SMs x CTAs per SM).
         order: "wavealign" (Stage 1 + 2), "s1", "s2", "original", "shuffled", or a further order of
-            docs/reordering.md ("com", "wave-union", ...; CPU plan only: planner="cpu" for a CUDA mask).
+            docs/reordering.md ("com", "span", "wave-union", ...). "com" and "span" also have a GPU plan;
+            the others are CPU plan only (planner="cpu" for a CUDA mask).
         iterations: subspace iterations of Stage 1.
         seed: start block of the subspace iteration and seed of "shuffled".
         skip: "auto" (keep the original order where reordering cannot pay), "never" or "always".

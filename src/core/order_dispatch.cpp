@@ -32,7 +32,7 @@ bool order_runs_stage2(Order order) {
 
 bool order_has_gpu_plan(Order order) {
   return order == Order::kOriginal || order == Order::kS1 || order == Order::kS2 || order == Order::kWaveAlign ||
-         order == Order::kShuffled;
+         order == Order::kShuffled || order == Order::kCom || order == Order::kSpan;
 }
 
 std::vector<int32_t> further_order(const BlockMask& mask, int head, const PlanConfig& config, int wave_size) {

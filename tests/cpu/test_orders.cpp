@@ -125,11 +125,12 @@ INSTANTIATE_TEST_SUITE_P(AllFurther, FurtherOrders, ::testing::ValuesIn(kFurther
   return name;
 });
 
-TEST(Orders, EveryOrderHasAStage2RuleAndOnlyThePaperOrdersAGpuPlan) {
+TEST(Orders, EveryOrderHasAStage2RuleAndThePaperAndIndexOrdersAGpuPlan) {
   for (const auto& [order, name] : EnumNames<Order>::entries) {
-    const bool paper = order == Order::kOriginal || order == Order::kS1 || order == Order::kS2 ||
-                       order == Order::kWaveAlign || order == Order::kShuffled;
-    EXPECT_EQ(order_has_gpu_plan(order), paper) << name;
+    const bool on_gpu = order == Order::kOriginal || order == Order::kS1 || order == Order::kS2 ||
+                        order == Order::kWaveAlign || order == Order::kShuffled || order == Order::kCom ||
+                        order == Order::kSpan;
+    EXPECT_EQ(order_has_gpu_plan(order), on_gpu) << name;
     EXPECT_EQ(from_string<Order>(name), order);
   }
   EXPECT_TRUE(order_runs_stage2(Order::kWaveAlign));

@@ -1,8 +1,9 @@
-// The GPU plan against the CPU plan: every order, dense, CSR (both index widths) and FlexAttention inputs,
-// partial shapes, empty rows and masks, statistics and skip flags (with and without a calibrated skip profile),
-// the original and permuted CSRs, the batch schedules, the device validation of CSR and Flex masks against
-// the host ingest (every rule, random corruptions), concurrent calls with their own scratch, graph capture,
-// the plan cache, and the host-side argument checks (which run without a device).
+// The GPU plan against the CPU plan: every order (the paper's and the index orders com and span), dense, CSR
+// (both index widths) and FlexAttention inputs, partial shapes, empty rows and masks, statistics and skip flags
+// (with and without a calibrated skip profile), the original and permuted CSRs, the batch schedules, the device
+// validation of CSR and Flex masks against the host ingest (every rule, random corruptions), concurrent calls
+// with their own scratch, graph capture, the plan cache, and the host-side argument checks (which run without a
+// device).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <numbers>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -310,6 +312,10 @@ void capture_and_replay(cudaStream_t stream, int replays, Enqueue&& enqueue) {
   cudaGraphDestroy(graph);
 }
 
+// Only the orders of Stage 1 sort doubles computed in a different order of operations on the device (polar
+// angles); every other order must give the CPU's permutation exactly.
+bool sorts_angles(Order order) { return order == Order::kS1 || order == Order::kWaveAlign; }
+
 // True when every head's CPU angles are at least kSeparatedGap apart and away from the +-pi cut, so that
 // rounding cannot reorder them.
 bool well_separated(const BlockMask& mask, int head, const PlanConfig& config) {
@@ -380,8 +386,7 @@ int compare_with_cpu(const BlockMask& mask, PlanConfig config, const std::string
     expect_stats_equal(dense.stats[h], mask_stats(mask, h, gpu, config.skip_model),
                        where + " head " + std::to_string(h));
     EXPECT_EQ(dense.skip[h], uint8_t(GpuSkipReason::kNone)) << where;
-    const bool needs_exact = config.order == Order::kOriginal || config.order == Order::kS2 ||
-                             config.order == Order::kShuffled || well_separated(mask, h, config);
+    const bool needs_exact = !sorts_angles(config.order) || well_separated(mask, h, config);
     if (needs_exact) {
       EXPECT_EQ(gpu_head, cpu.head_plans[h].permutation) << where << " head " << h;
       ++exact_heads;
@@ -410,7 +415,8 @@ BlockMask circular_heads(int heads, int rows, int cols) {
   return mask;
 }
 
-constexpr Order kAllOrders[] = {Order::kOriginal, Order::kS1, Order::kS2, Order::kWaveAlign, Order::kShuffled};
+constexpr Order kAllOrders[] = {Order::kOriginal, Order::kS1,  Order::kS2,  Order::kWaveAlign,
+                                Order::kShuffled, Order::kCom, Order::kSpan};
 
 TEST(GpuPlan, RandomMasksEveryOrder) {
   WA_REQUIRE_GPU();
@@ -664,8 +670,8 @@ CsrMask expected_permuted_csr(const BlockMask& mask, const PlanConfig& config,
                                         gpu_permutations.begin() + ptrdiff_t(h + 1) * rows);
     std::vector<int32_t>& cpu_head = plan.head_plans[h].permutation;
     if (gpu_head == cpu_head) continue;
-    const bool near_ties_possible = (config.order == Order::kS1 || config.order == Order::kWaveAlign) &&
-                                    !plan.head_plans[h].skip.skipped && !well_separated(mask, h, config);
+    const bool near_ties_possible =
+        sorts_angles(config.order) && !plan.head_plans[h].skip.skipped && !well_separated(mask, h, config);
     EXPECT_TRUE(near_ties_possible) << where << " head " << h << ": the permutation differs from the CPU's";
     cpu_head = gpu_head;
   }
@@ -911,7 +917,7 @@ std::vector<bool> expect_profile_skips_like_the_cpu(const BlockMask& mask, const
         EXPECT_EQ(gpu.skip[h] == uint8_t(GpuSkipReason::kNoGain), decided_by_profile(expected)) << where;
       const std::vector<int32_t> gpu_head(gpu.permutations.begin() + ptrdiff_t(h) * rows,
                                           gpu.permutations.begin() + ptrdiff_t(h + 1) * rows);
-      if (expected.skip.skipped || config.order == Order::kS2 || well_separated(mask, h, config))
+      if (expected.skip.skipped || !sorts_angles(config.order) || well_separated(mask, h, config))
         EXPECT_EQ(gpu_head, expected.permutation) << where;
     }
   }
@@ -963,23 +969,216 @@ TEST(GpuPlanProfile, PlanReuseCostAndLengthChangeTheDecision) {
     EXPECT_EQ(expect_profile_skips_like_the_cpu(mask, c.config, c.label), c.skipped) << c.label;
 }
 
+// The CSR form of `mask` planned under `config` by one plan() call captured in a CUDA graph on a stream of
+// its own, the graph replayed `replays` times: what the replays leave in the outputs.
+GpuResult run_captured(const BlockMask& mask, const PlanConfig& config, int replays) {
+  const OwnStream stream;
+  PreparedPlanner prepared(mask, config, stream.get());
+  DeviceMaskCopy device_mask(mask, Form::kCsr);
+  GpuOutputs captured(mask.heads(), mask.q_blocks());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  capture_and_replay(stream.get(), replays,
+                     [&] { EXPECT_TRUE(prepared.plan(device_mask.view, captured.view(HeadOrder::kSequential))); });
+  return captured.download();
+}
+
 TEST(GpuPlanProfile, GraphReplayReadsTheProfile) {
   WA_REQUIRE_GPU();
   // The profile decision reads only the workspace that prepare() filled: a captured plan replays it.
   const BlockMask mask = mixed_density_mask();
   const PlanConfig config = profile_config(Order::kS2);
-  const OwnStream stream;
-  PreparedPlanner prepared(mask, config, stream.get());
-  DeviceMaskCopy device_mask(mask, Form::kCsr);
-  GpuOutputs captured(mask.heads(), mask.q_blocks());
-  WA_CUDA_REQUIRE(cudaDeviceSynchronize());
-  capture_and_replay(stream.get(), 1,
-                     [&] { EXPECT_TRUE(prepared.plan(device_mask.view, captured.view(HeadOrder::kSequential))); });
-  const GpuResult replayed = captured.download();
+  const GpuResult replayed = run_captured(mask, config, 1);
   const Plan cpu = make_plan(mask, config);
   for (int h = 0; h < mask.heads(); ++h)
     EXPECT_EQ(replayed.skip[h] != uint8_t(GpuSkipReason::kNone), cpu.head_plans[h].skip.skipped) << "head " << h;
   EXPECT_EQ(replayed.permutations, cpu.permutations());
+}
+
+// ---- the index orders com and span (index_keys.cu) -----------------------------------------------------
+
+constexpr Order kIndexOrders[] = {Order::kCom, Order::kSpan};
+
+// Rows whose index keys tie. Every pattern has mean 3 except the last two ({1, 2, 5} and {1, 4, 5}, which tie
+// {1, 5} and {1, 3, 5} in first and last), the patterns repeat with an empty row among them, so com keeps equal
+// means in row order and span needs its second pass (first, last) over the first (mean) to break them like
+// the CPU. Head h shifts the patterns by 0, 60 and 190 KV blocks: inside one word, across the word boundary at
+// 64, and in the partial last word of 200 columns.
+BlockMask tied_keys_mask() {
+  const std::vector<std::vector<int>> patterns = {{2, 4},    {3},       {1, 5},    {0, 6},    {1, 2, 6},
+                                                  {1, 3, 5}, {},        {1, 2, 5}, {1, 4, 5}, {3}};
+  const int shifts[] = {0, 60, 190};
+  const int rows = 97;
+  BlockMask mask(int(std::size(shifts)), rows, 200);
+  for (int h = 0; h < mask.heads(); ++h)
+    for (int i = 0; i < rows; ++i)
+      for (int j : patterns[size_t(i * (h + 1)) % patterns.size()]) mask.set(h, i, j + shifts[h]);
+  return mask;
+}
+
+// One mask whose heads are the corner cases: random rows with every 5th row empty and every 7th full; every
+// row full (all keys equal); no block at all (every key +inf); one KV block per row (many equal rows); random
+// at density 0.05 (short rows).
+BlockMask corner_case_heads(int rows, int cols) {
+  BlockMask mask(5, rows, cols);
+  const BlockMask random = test_support::bernoulli_mask(1, rows, cols, 0.3, 31);
+  const BlockMask sparse = test_support::bernoulli_mask(1, rows, cols, 0.05, 32);
+  std::mt19937 rng(33);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) {
+      if (i % 5 != 0 && (i % 7 == 0 || random.test(0, i, j))) mask.set(0, i, j);
+      mask.set(1, i, j);
+      if (sparse.test(0, i, j)) mask.set(4, i, j);
+    }
+  for (int i = 0; i < rows; ++i) mask.set(3, i, int(rng() % uint32_t(cols)));
+  return mask;
+}
+
+TEST(GpuPlanIndexOrders, ComAndSpanEqualTheCpuOnVideoAndRandomMasks) {
+  WA_REQUIRE_GPU();
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const BlockMask video = video_mask(shape, 4, {128, 128}, {}, 7);
+  // NB a multiple of 64 (128), below it (70), just above (129) and large (1,300 = 20 x 64 + 20).
+  const int random_shapes[][3] = {{3, 300, 200}, {2, 137, 70}, {1, 65, 129}, {2, 256, 128}, {2, 1500, 1300}};
+  for (Order order : kIndexOrders) {
+    PlanConfig config;
+    config.order = order;
+    for (HeadOrder head_order : {HeadOrder::kSequential, HeadOrder::kConcurrent})
+      EXPECT_EQ(compare_with_cpu(video, config, "video", head_order), video.heads());
+    for (const auto& s : random_shapes) {
+      const BlockMask mask = test_support::bernoulli_mask(s[0], s[1], s[2], 0.3, uint32_t(s[1] + s[2]));
+      for (int wave : {24, 0}) {  // 0: the GPU's slots (132 rows)
+        config.wave_size = wave;
+        const std::string label = "random " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" +
+                                  std::to_string(s[2]) + " wave " + std::to_string(wave);
+        EXPECT_EQ(compare_with_cpu(mask, config, label), mask.heads());
+      }
+    }
+  }
+}
+
+TEST(GpuPlanIndexOrders, ComAndSpanEqualTheCpuOnTiesAndCornerCases) {
+  WA_REQUIRE_GPU();
+  const BlockMask tied = tied_keys_mask();
+  const BlockMask corners = corner_case_heads(150, 100);
+  BlockMask one_row = test_support::bernoulli_mask(4, 1, 70, 0.3, 12);
+  for (int j = 0; j < 70; ++j) one_row.set(3, 0, j, false);
+  const BlockMask one_column = test_support::bernoulli_mask(2, 200, 1, 0.5, 13);
+  const BlockMask few_columns = test_support::bernoulli_mask(3, 400, 6, 0.4, 14);  // many equal rows
+  const std::pair<const BlockMask*, const char*> masks[] = {{&tied, "tied keys"},
+                                                            {&corners, "corner-case heads"},
+                                                            {&one_row, "one row per head"},
+                                                            {&one_column, "one KV block"},
+                                                            {&few_columns, "6 KV blocks"}};
+  for (Order order : kIndexOrders)
+    for (int wave : {1, 16, 132}) {  // W = 1: Stage 2 leaves the index order as it is
+      PlanConfig config;
+      config.order = order;
+      config.wave_size = wave;
+      for (const auto& [mask, label] : masks)
+        EXPECT_EQ(compare_with_cpu(*mask, config, std::string(label) + " wave " + std::to_string(wave)),
+                  mask->heads());
+    }
+  // The orders themselves (W = 1): on the tied mask span differs from com, and empty rows come last.
+  PlanConfig config;
+  config.wave_size = 1;
+  config.skip = SkipPolicy::kNever;
+  config.order = Order::kCom;
+  const Plan com = make_plan(tied, config);
+  config.order = Order::kSpan;
+  const Plan span = make_plan(tied, config);
+  EXPECT_NE(com.permutations(), span.permutations());
+  for (const Plan* plan : {&com, &span}) {
+    const std::vector<int32_t>& head = plan->head_plans[0].permutation;
+    const std::vector<int32_t> row_nnz = tied.head_row_nnz(0);
+    const auto first_empty = std::find_if(head.begin(), head.end(), [&](int32_t r) { return row_nnz[r] == 0; });
+    EXPECT_TRUE(std::all_of(first_empty, head.end(), [&](int32_t r) { return row_nnz[r] == 0; }));
+    EXPECT_TRUE(std::is_sorted(first_empty, head.end()));
+  }
+}
+
+TEST(GpuPlanIndexOrders, ComAndSpanSkipLikeTheCpu) {
+  WA_REQUIRE_GPU();
+  const BlockMask small = test_support::bernoulli_mask(2, 80, 60, 0.3, 4);  // fits in the L2: skipped
+  const BlockMask large = test_support::bernoulli_mask(2, 600, 600, 0.3, 5);
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const BlockMask video = video_mask(shape, 3, {128, 128}, {}, 9);
+  const BlockMask mixed = mixed_density_mask();
+  for (Order order : kIndexOrders) {
+    const std::string name(to_string(order));
+    // kAuto without a profile: the statistics decide on the device; a head they let through gets the
+    // permutation the CPU plans for it.
+    int skipped = 0, kept = 0;
+    for (const BlockMask* mask : {&small, &large, &video}) {
+      PlanConfig config;
+      config.order = order;
+      config.skip = SkipPolicy::kAuto;
+      config.skip_model.kv_block = 128;
+      const GpuResult result = run_gpu(*mask, config, Form::kCsr);
+      PlanConfig never = config;
+      never.skip = SkipPolicy::kNever;
+      const Plan reordered = make_plan(*mask, never);
+      const GpuModel gpu = gpu_model(config.gpu);
+      const int rows = mask->q_blocks();
+      for (int h = 0; h < mask->heads(); ++h) {
+        const SkipDecision expected = decide_by_statistics(mask_stats(*mask, h, gpu, config.skip_model),
+                                                           config.skip_model);
+        EXPECT_EQ(result.skip[h], uint8_t(expected.code)) << name << " head " << h << ": " << expected.reason;
+        const std::vector<int32_t> gpu_head(result.permutations.begin() + ptrdiff_t(h) * rows,
+                                            result.permutations.begin() + ptrdiff_t(h + 1) * rows);
+        std::vector<int32_t> identity(static_cast<size_t>(rows));
+        std::iota(identity.begin(), identity.end(), 0);
+        EXPECT_EQ(gpu_head, expected.skipped ? identity : reordered.head_plans[h].permutation) << name << " head " << h;
+        ++(expected.skipped ? skipped : kept);
+      }
+    }
+    EXPECT_GT(skipped, 0) << name;
+    EXPECT_GT(kept, 0) << name;
+    // kAuto with a profile: the heads make_plan skips, for the same reasons (the profile's gain does not
+    // depend on the order).
+    EXPECT_EQ(expect_profile_skips_like_the_cpu(mixed, profile_config(order), name),
+              (std::vector<bool>{true, true, true, false, false, true, true}));
+    // kAlways: the identity, as on the CPU.
+    PlanConfig always;
+    always.order = order;
+    always.skip = SkipPolicy::kAlways;
+    EXPECT_EQ(run_gpu(large, always, Form::kDense).permutations, make_plan(large, always).permutations()) << name;
+  }
+}
+
+TEST(GpuPlanIndexOrders, ComAndSpanPermutedCsrAndGraphReplay) {
+  WA_REQUIRE_GPU();
+  const VideoShape shape = video_shape(ModelPreset::kWan21_14B, 21);
+  const BlockMask video = video_mask(shape, 4, {128, 128}, {}, 7);
+  const BlockMask corners = corner_case_heads(150, 100);
+  for (Order order : kIndexOrders) {
+    PlanConfig config;
+    config.order = order;
+    config.wave_size = 24;
+    config.skip = SkipPolicy::kNever;
+    for (Form form : kAllForms) {
+      expect_permuted_csr_like_the_cpu(video, config, form, "video");
+      expect_permuted_csr_like_the_cpu(corners, config, form, "corner-case heads");
+    }
+    // Captured in a graph and replayed: the CPU's plan (plan() does no host work that a replay would skip).
+    EXPECT_EQ(run_captured(video, config, 2).permutations, make_plan(video, config).permutations())
+        << to_string(order);
+  }
+}
+
+TEST(GpuPlanIndexOrders, ComAndSpanWorkspaceHoldsTheSortButNoStage1) {
+  WA_REQUIRE_GPU();  // the CUB sort storage is asked of the device
+  auto workspace = [](Order order) {
+    PlanConfig config;
+    config.order = order;
+    return GpuPlanner(2, 300, 300, config).workspace_bytes();
+  };
+  const size_t com = workspace(Order::kCom), span = workspace(Order::kSpan);
+  EXPECT_GT(com, workspace(Order::kS2));         // the sort's keys, rows, offsets and CUB storage
+  EXPECT_LT(com, workspace(Order::kWaveAlign));  // no transposed bits, no vectors, no start block
+  EXPECT_EQ(span, com + 4864);                   // span's second key: 600 doubles, rounded up to 256 bytes
+  PlanConfig config;
+  config.order = Order::kSpan;
+  EXPECT_EQ(GpuPlanner(2, 300, 300, config).prepared_bytes(), size_t(0));
 }
 
 // ---- the original CSR (GpuPlanOutputs::csr_row_ptr, csr_col_idx) and the batch schedules ----------------
@@ -1260,7 +1459,7 @@ TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
   bad.tokens = -1;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "tokens");
   bad = config;
-  bad.order = Order::kCom;  // a CPU-only order: refused, not planned as something else
+  bad.order = Order::kHilbert;  // a CPU-only order: refused, not planned as something else
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "order");
 }
 

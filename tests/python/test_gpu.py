@@ -21,7 +21,8 @@ needs_kernel = pytest.mark.skipif(not wavealign.has_cuda, reason="wavealign was 
 needs_gpu_plan = pytest.mark.skipif(not wavealign._core.has_gpu_plan,
                                     reason="wavealign was built without its CUDA code (no GPU plan)")
 ATOL = 2e-2
-ORDERS = ["wavealign", "s1", "s2", "original", "shuffled"]
+INDEX_ORDERS = ["com", "span"]  # the further orders with a GPU plan
+ORDERS = ["wavealign", "s1", "s2", "original", "shuffled"] + INDEX_ORDERS
 STATISTICS = ["nnz", "density", "adjacent_jaccard", "kv_working_set_bytes", "wave_working_set_bytes",
               "usable_l2_bytes"]
 
@@ -168,6 +169,47 @@ def test_gpu_plan_equals_the_cpu_plan(rng, order, kind):
 
 
 @needs_gpu_plan
+@pytest.mark.parametrize("order", INDEX_ORDERS)
+def test_index_orders_plan_on_the_gpu_like_the_cpu(rng, order):
+    """com and span under planner="auto" plan a CUDA mask on the device, equal to planner="cpu": empty rows,
+    full rows, an all-empty head, one-row heads, ties (6 KV blocks); dense, CSR and FlexAttention inputs."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    heads, q_blocks, block = 3, 100, 128
+    mask = structured_mask(rng, heads, q_blocks, q_blocks)
+    mask[0, ::5] = False
+    mask[0, 3::7] = True
+    mask[1] = False
+    options = dict(order=order, wave_size=16, skip="never")
+    expected = wavealign.plan(mask, planner="cpu", **options)
+    counts, indices = flex_of(mask)
+    flex_mask = BlockMask.from_kv_blocks(torch.from_numpy(counts).cuda(), torch.from_numpy(indices).cuda(),
+                                         BLOCK_SIZE=block)
+    plans = {"dense": wavealign.plan(torch.from_numpy(mask).cuda(), **options),
+             "csr": wavealign.plan(cuda_csr(mask), heads=heads, kv_blocks=q_blocks, **options),
+             "flex": wavealign.plan(flex_mask, **options)}
+    for name, plan in plans.items():
+        assert plan.planner == "gpu" and plan.stats["order"] == order, name
+        assert np.array_equal(plan.permutation.cpu().numpy(), expected.permutation), name
+        assert np.array_equal(plan.inverse.cpu().numpy(), expected.inverse), name
+    for small in (random_mask(rng, 4, 1, 70), random_mask(rng, 2, 300, 6, density=0.4)):
+        on_device = wavealign.plan(torch.from_numpy(small).cuda(), **options)
+        assert on_device.planner == "gpu"
+        assert np.array_equal(on_device.permutation.cpu().numpy(), wavealign.plan(small, **options).permutation)
+
+
+@needs_gpu_plan
+def test_an_order_without_a_gpu_plan_names_the_order_and_plans_on_the_cpu_on_request(rng):
+    mask = random_mask(rng, 2, 40, 40)
+    with pytest.raises(ValueError, match="invalid argument 'order': 'hilbert' has no GPU plan"):
+        wavealign.plan(torch.from_numpy(mask).cuda(), order="hilbert", skip="never")
+    on_cpu = wavealign.plan(torch.from_numpy(mask).cuda(), order="hilbert", skip="never", planner="cpu")
+    assert on_cpu.planner == "cpu"
+    expected = wavealign.plan(mask, order="hilbert", skip="never")
+    assert np.array_equal(on_cpu.permutation.cpu().numpy(), expected.permutation)
+
+
+@needs_gpu_plan
 def test_dense_csr_and_flex_inputs_on_cuda_give_the_same_gpu_plan(rng):
     from torch.nn.attention.flex_attention import BlockMask
 
@@ -207,7 +249,8 @@ def test_dense_csr_and_flex_inputs_on_cuda_give_the_same_gpu_plan(rng):
 
 
 @needs_gpu_plan
-def test_gpu_skip_decisions_equal_the_cpu_statistics_decisions(rng):
+@pytest.mark.parametrize("order", ["wavealign"] + INDEX_ORDERS)
+def test_gpu_skip_decisions_equal_the_cpu_statistics_decisions(rng, order):
     # 512 KiB of K/V per block (head_dim 1024) against 30 MiB of usable L2 on the H200 preset: head 0's 20
     # columns fit, head 1 is below the minimum density, head 2 repeats one row (adjacent Jaccard 1), head 3
     # is random at density 0.3 and passes every statistics test.
@@ -217,7 +260,7 @@ def test_gpu_skip_decisions_equal_the_cpu_statistics_decisions(rng):
     mask[1, np.arange(q_blocks)[:, None], rng.integers(0, kv_blocks, (q_blocks, 2))] = True
     mask[2, :, rng.permutation(kv_blocks)[:128]] = True
     mask[3] = rng.random((q_blocks, kv_blocks)) < 0.3
-    options = dict(wave_size=32, head_dim=1024, gpu="h200")
+    options = dict(order=order, wave_size=32, head_dim=1024, gpu="h200")
     cpu = wavealign.plan(mask, skip="auto", **options)
     never = wavealign.plan(mask, skip="never", **options)
     gpu = wavealign.plan(torch.from_numpy(mask).cuda(), skip="auto", **options)

@@ -41,11 +41,12 @@ struct WorkspaceLayout {
   size_t z = 0;            // double2 [H*MB]
   size_t digits = 0;       // uint4 [H * 2 * max(row_words, col_words) * 32] (Stage 1 tensor products)
   size_t shift = 0;        // double2 [H] (Stage 1)
-  size_t keys_in = 0;      // double [H*MB]: polar angles
+  size_t keys_in = 0;      // double [H*MB]: sort keys (polar angles of Stage 1, index keys of com / span)
   size_t keys_out = 0;     // double [H*MB]
   size_t vals_in = 0;      // int32 [H*MB]: row index within the head
-  size_t vals_out = 0;     // int32 [H*MB]: Stage 1 order
+  size_t vals_out = 0;     // int32 [H*MB]: the sorted order (Stage 1, com, span)
   size_t offsets = 0;      // int32 [H+1]: segment starts of the sort
+  size_t span_keys = 0;    // double [H*MB]: first x NB + last per row (span only)
   size_t order = 0;        // int32 [H*MB]: Stage 2 / shuffled order
   size_t jaccard = 0;      // double [H*MB]: Jaccard of rows i-1 and i (entry 0 unused)
   size_t wave_union = 0;   // int64 [H]: sum over waves of the distinct KV blocks of a wave
@@ -60,6 +61,8 @@ struct WorkspaceLayout {
 };
 
 bool needs_stage1(Order order);
+/// The orders whose rows are sorted by a key per row (sort.cu): Stage 1's angles, com's and span's index keys.
+bool needs_row_sort(Order order);
 
 /// Layout for `shape`, with sort_temp_bytes() of CUB sort storage, scan_temp_bound() of CUB scan storage and
 /// `profile_values` doubles of skip profile grid (host arithmetic only).
@@ -149,10 +152,21 @@ size_t tensor_digit_bytes(const PlanShape& shape);
 // ---- sort.cu ----
 /// CUB storage of the segmented sort of H segments of MB doubles (0 when nothing is sorted).
 size_t sort_temp_bytes(const PlanShape& shape);
-/// Stable ascending sort of each head's (angle, row) pairs: ties keep the lower row first.
-void launch_angle_sort(const PlanShape& shape, const double* keys_in, double* keys_out, const int32_t* vals_in,
+/// Stable ascending sort of each head's (key, row) pairs: ties keep the order they enter in.
+void launch_row_sort(const PlanShape& shape, const double* keys_in, double* keys_out, const int32_t* vals_in,
                        int32_t* vals_out, const int32_t* offsets, void* temp, size_t temp_bytes,
                        cudaStream_t stream);
+
+// ---- index_keys.cu ----
+/// com and span: per row the mean KV block index into mean_keys and, when span_keys is set, first x NB + last
+/// into span_keys (+inf for empty rows in both), the row index within the head into `index`, the segment starts
+/// into `offsets` (H + 1).
+void launch_index_keys(const PlanShape& shape, const uint64_t* bits, const int32_t* row_nnz, double* mean_keys,
+                       double* span_keys, int32_t* index, int32_t* offsets, cudaStream_t stream);
+/// keys[h*MB + p] = row_keys[h*MB + order[h*MB + p]] and index = order: the next pass of a stable
+/// least-significant-key-first sort.
+void launch_gather_keys(const PlanShape& shape, const double* row_keys, const int32_t* order, double* keys,
+                        int32_t* index, cudaStream_t stream);
 
 // ---- schedule.cu ----
 /// Stage 2: each wave of `order_in` (identity when null) sorted by descending row NNZ, stable.

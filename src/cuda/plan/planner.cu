@@ -25,6 +25,8 @@ namespace plan {
 
 bool needs_stage1(Order order) { return order == Order::kS1 || order == Order::kWaveAlign; }
 
+bool needs_row_sort(Order order) { return needs_stage1(order) || order == Order::kCom || order == Order::kSpan; }
+
 WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sort_temp_bytes,
                                  size_t profile_values) {
   constexpr size_t kAlign = 256;
@@ -37,8 +39,9 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
   };
   const size_t heads = size_t(shape.heads), rows = size_t(shape.rows());
   const size_t columns = heads * size_t(shape.kv_blocks);
-  const bool stage1 = needs_stage1(order);
+  const bool stage1 = needs_stage1(order), sorted = needs_row_sort(order);
   const size_t stage1_rows = stage1 ? rows : 0, stage1_columns = stage1 ? columns : 0;
+  const size_t sorted_rows = sorted ? rows : 0;
   layout.start = take(stage1_rows * 16);
   layout.profile = take(profile_values * 8);
   layout.prepared = cursor;
@@ -52,17 +55,18 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
   layout.z = take(stage1_rows * 16);
   layout.digits = take(stage1 ? tensor_digit_bytes(shape) : 0);
   layout.shift = take(stage1 ? heads * 16 : 0);
-  layout.keys_in = take(stage1_rows * 8);
-  layout.keys_out = take(stage1_rows * 8);
-  layout.vals_in = take(stage1_rows * 4);
-  layout.vals_out = take(stage1_rows * 4);
-  layout.offsets = take(stage1 ? (heads + 1) * 4 : 0);
+  layout.keys_in = take(sorted_rows * 8);
+  layout.keys_out = take(sorted_rows * 8);
+  layout.vals_in = take(sorted_rows * 4);
+  layout.vals_out = take(sorted_rows * 4);
+  layout.offsets = take(sorted ? (heads + 1) * 4 : 0);
+  layout.span_keys = take(order == Order::kSpan ? rows * 8 : 0);
   layout.order = take(rows * 4);
   layout.jaccard = take(rows * 8);
   layout.wave_union = take(heads * 8);
   layout.touched = take(heads * size_t(shape.row_words) * 8);
   layout.skip = take(heads);
-  layout.sort_temp_bytes = stage1 ? sort_temp_bytes : 0;
+  layout.sort_temp_bytes = sorted ? sort_temp_bytes : 0;
   layout.sort_temp = take(layout.sort_temp_bytes);
   layout.csr_counts = take(rows * 8);
   layout.scan_temp_bytes = scan_temp_bound(shape);
@@ -153,7 +157,7 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
 size_t GpuPlanner::layout_total(bool scratch_part) const {
   const plan::PlanShape shape = shape_of(heads_, q_blocks_, kv_blocks_, wave_size_, 1);
   size_t sort_bytes = 0;
-  if (plan::needs_stage1(config_.order)) {
+  if (plan::needs_row_sort(config_.order)) {
     const std::lock_guard<std::mutex> lock(*mutex_);
     if (!sort_temp_known_) {
       sort_temp_bytes_ = plan::sort_temp_bytes(shape);
@@ -257,6 +261,7 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
   auto* row_nnz = static_cast<int32_t*>(at(layout.row_nnz));
   auto* skip = static_cast<uint8_t*>(at(layout.skip));
   const bool stage1 = plan::needs_stage1(config_.order);
+  const bool index_keys = config_.order == Order::kCom || config_.order == Order::kSpan;
   const bool reorder = config_.skip != SkipPolicy::kAlways && config_.order != Order::kOriginal;
 
   mark(0);
@@ -304,8 +309,13 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
                      outputs.stats, outputs.skip, stream);
   mark(2);
 
+  // The row sort's buffers: Stage 1 writes its angles into keys_in, com and span their index keys.
+  auto* keys_in = static_cast<double*>(at(layout.keys_in));
   auto* keys_out = static_cast<double*>(at(layout.keys_out));
+  auto* vals_in = static_cast<int32_t*>(at(layout.vals_in));
   auto* vals_out = static_cast<int32_t*>(at(layout.vals_out));
+  auto* offsets = static_cast<int32_t*>(at(layout.offsets));
+  auto* span_keys = config_.order == Order::kSpan ? static_cast<double*>(at(layout.span_keys)) : nullptr;
   if (stage1 && reorder) {
     plan::SubspaceBuffers buffers;
     buffers.start = static_cast<const double2*>(at(layout.start));
@@ -315,28 +325,38 @@ void GpuPlanner::enqueue(const DeviceMask& mask, const GpuPlanOutputs& outputs, 
     buffers.x = static_cast<double2*>(at(layout.x));
     buffers.y = static_cast<double2*>(at(layout.y));
     buffers.z = static_cast<double2*>(at(layout.z));
-    buffers.keys = static_cast<double*>(at(layout.keys_in));
-    buffers.index = static_cast<int32_t*>(at(layout.vals_in));
-    buffers.offsets = static_cast<int32_t*>(at(layout.offsets));
+    buffers.keys = keys_in;
+    buffers.index = vals_in;
+    buffers.offsets = offsets;
     buffers.digits = static_cast<uint4*>(at(layout.digits));
     buffers.shift = static_cast<double2*>(at(layout.shift));
     plan::launch_subspace(shape, config_.iterations, buffers, max_dynamic_shared_bytes_, stream);
   }
+  if (index_keys && reorder)
+    plan::launch_index_keys(shape, bits, row_nnz, keys_in, span_keys, vals_in, offsets, stream);
   mark(3);
 
   const int32_t* order = nullptr;
   auto* order_buffer = static_cast<int32_t*>(at(layout.order));
+  auto row_sort = [&] {
+    plan::launch_row_sort(shape, keys_in, keys_out, vals_in, vals_out, offsets, at(layout.sort_temp),
+                          layout.sort_temp_bytes, stream);
+  };
   if (reorder) {
-    if (stage1)
-      plan::launch_angle_sort(shape, static_cast<const double*>(at(layout.keys_in)), keys_out,
-                              static_cast<const int32_t*>(at(layout.vals_in)), vals_out,
-                              static_cast<const int32_t*>(at(layout.offsets)), at(layout.sort_temp),
-                              layout.sort_temp_bytes, stream);
+    if (plan::needs_row_sort(config_.order)) row_sort();
+    // span = (first, last, mean) lexicographic: the pass above sorted by the mean, a stable pass by
+    // first x NB + last (in the mean order) makes it the whole key, least significant first.
+    if (config_.order == Order::kSpan) {
+      plan::launch_gather_keys(shape, span_keys, vals_out, keys_in, vals_in, stream);
+      row_sort();
+    }
     switch (config_.order) {
       case Order::kS1:
         order = vals_out;
         break;
       case Order::kWaveAlign:
+      case Order::kCom:
+      case Order::kSpan:
         plan::launch_wave_sort(shape, vals_out, row_nnz, order_buffer, stream);
         order = order_buffer;
         break;

@@ -1,8 +1,9 @@
-// The per-head sort of Stage 1: rows by polar angle ascending, ties by original row. One CUB segmented radix
-// sort over all heads (one segment per head); radix sorting is stable, and the values enter in row order, so
-// equal angles keep the lower row first, like make_plan's std::stable_sort. This file holds one of the plan's
-// two CUB instantiations (double keys, int32 values; the other is the permuted CSR's int64 scan in
-// permuted_csr.cu): CUB templates dominate compile time.
+// The per-head row sort of Stage 1 (rows by polar angle ascending, ties by original row) and of the index
+// orders com and span (index_keys.cu). One CUB segmented radix sort over all heads (one segment per head);
+// radix sorting is stable, and the values enter in row order, so equal keys keep the lower row first, like
+// make_plan's std::stable_sort (and a second pass keeps the first pass's order among its ties). This file
+// holds one of the plan's two CUB instantiations (double keys, int32 values; the other is the permuted CSR's
+// int64 scan in permuted_csr.cu): CUB templates dominate compile time.
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <cuda_runtime.h>
 
@@ -21,7 +22,7 @@ size_t sort_temp_bytes(const PlanShape& shape) {
   return bytes;
 }
 
-void launch_angle_sort(const PlanShape& shape, const double* keys_in, double* keys_out, const int32_t* vals_in,
+void launch_row_sort(const PlanShape& shape, const double* keys_in, double* keys_out, const int32_t* vals_in,
                        int32_t* vals_out, const int32_t* offsets, void* temp, size_t temp_bytes,
                        cudaStream_t stream) {
   if (shape.rows() == 0) return;
