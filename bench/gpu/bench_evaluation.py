@@ -207,7 +207,10 @@ def run_fa4(parts: tuple, mask: Any, fa4_qkv: tuple, common: dict, args: Any, sa
         calls[("kernel", order)] = (lambda q_order=q_order, order=order:
                                     flash_attn_func(q_order, k4, v4, block_sparse_tensors=tensors[order])[0])
     if "wavealign" in plans:
-        calls[("plugin", "wavealign")] = lambda: fa4.sparse_attention(q4, k4, v4, plans["wavealign"][0])
+        # The plug-in path takes [B, H, L, d] (here the views of FA4's layout, no copy) and returns that view;
+        # transposed back, its output compares with the kernel rows' [B, L, H, d].
+        calls[("plugin", "wavealign")] = lambda: fa4.sparse_attention(
+            *(x.transpose(1, 2) for x in (q4, k4, v4)), plans["wavealign"][0]).transpose(1, 2)
     # FA4 compiles on a layout's first call (~20 s, the GPU idle): the next timing warms up in full again.
     outputs, first_calls_ms = synchronized_ms(lambda: {key: call() for key, call in calls.items()})
     if first_calls_ms > 1000:

@@ -4,6 +4,11 @@
 // thread block per row), the block scores as sums of those masses, then the per-row cumulative selection.
 // Cost at 363,600 tokens, S = 8, d = 128: 45,450^2 x 1,024 = 2.1 T multiply-adds per head in the GEMM, one
 // read of its 8.3 GB of fp32 logits, and 0.5 GB of row masses written and read (1/16 of the logits).
+// The GEMM's key side is padded with zero rows to a multiple of 128: cuBLAS derives the operand alignment from
+// that dimension, and at 45,450 (2 | n, 4 does not) it runs sm_80 mma.sync kernels at 241 TF/s on the H200,
+// at 22,725 (S = 16, odd) sm_75 kernels at 106 TF/s; padded to 45,568 it runs its sm_90 kernels at 630 TF/s
+// (measured per 2,944-row chunk, fp32 out). The padded logits exist only in the GEMM's output: the row
+// masses read the `columns` the reference has.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,11 +24,14 @@ namespace wavealign::cuda::masks {
 namespace {
 
 constexpr int kThreads = 256;
+// The GEMM's key count is a multiple of this (see the top of the file: cuBLAS's kernel choice).
+constexpr int64_t kGemmKeyMultiple = 128;
 
 struct Shape {
   int64_t rows = 0;         // reshaped queries = valid reshaped keys: ceil(tokens / S)
   int64_t columns = 0;      // reshaped keys in the softmax (more than rows with the reference's padding)
-  int64_t ld = 0;           // leading dimension of the logits (rows rounded up to 4 floats)
+  int64_t gemm_keys = 0;    // reshaped key rows of the GEMM: rows rounded up to kGemmKeyMultiple (zero rows)
+  int64_t ld = 0;           // leading dimension of the logits: gemm_keys
   int per_block = 0;        // reshaped rows (and columns) per block: block / S
   int score_columns = 0;    // key blocks of the block scores (virtual ones past the mask with the padding)
   int64_t chunk_rows = 0;   // reshaped query rows per GEMM chunk, a multiple of per_block
@@ -35,7 +43,8 @@ Shape shape_of(const RunContext& context) {
   Shape shape;
   shape.rows = (tokens + options.stride - 1) / options.stride;
   shape.columns = methods::xattention_key_columns(tokens, options.stride, options.mask_padded_keys);
-  shape.ld = (shape.rows + 3) / 4 * 4;
+  shape.gemm_keys = (shape.rows + kGemmKeyMultiple - 1) / kGemmKeyMultiple * kGemmKeyMultiple;
+  shape.ld = shape.gemm_keys;
   shape.per_block = context.config.block / options.stride;
   shape.score_columns = int((shape.columns + shape.per_block - 1) / shape.per_block);
   const int64_t fitting = int64_t(MaskGenerator::kLogitChunkBytes / (size_t(shape.ld) * sizeof(float)));
@@ -153,7 +162,7 @@ void run_xattention(RunContext& context) {
   const Shape shape = shape_of(context);
   const int width = options.stride * qk.head_dim;
   const int blocks = context.blocks;
-  uint16_t* keys = context.workspace->take<uint16_t>(size_t(shape.rows) * width);
+  uint16_t* keys = context.workspace->take<uint16_t>(size_t(shape.gemm_keys) * width);
   uint16_t* queries = context.workspace->take<uint16_t>(size_t(shape.chunk_rows) * width);
   float* logits = context.workspace->take<float>(size_t(shape.chunk_rows) * shape.ld);
   float* mass = context.workspace->take<float>(size_t(shape.chunk_rows) * shape.score_columns);
@@ -172,16 +181,16 @@ void run_xattention(RunContext& context) {
   const float alpha = float(context.scale / options.stride);
   const int group = methods::xattention_lanes(shape.per_block).group;
   for (int m = 0; m < context.mask_heads; ++m) {
-    pack_kernel<<<grid_for(shape.rows * width), kThreads, 0, context.stream>>>(
-        qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.rows, keys);
+    pack_kernel<<<grid_for(shape.gemm_keys * width), kThreads, 0, context.stream>>>(
+        qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.gemm_keys, keys);
     WA_CUDA_CHECK(cudaGetLastError());
     for (int64_t first = 0; first < shape.rows; first += shape.chunk_rows) {
       const int64_t rows = std::min(shape.chunk_rows, shape.rows - first);
       pack_kernel<<<grid_for(rows * width), kThreads, 0, context.stream>>>(
           qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, first, rows, queries);
       WA_CUDA_CHECK(cudaGetLastError());
-      gemm_16bit_nt(context.blas, qk.element_type, rows, shape.rows, width, alpha, queries, width, 0, keys, width, 0,
-                    logits, shape.ld, 0, 1);
+      gemm_16bit_nt(context.blas, qk.element_type, rows, shape.gemm_keys, width, alpha, queries, width, 0, keys,
+                    width, 0, logits, shape.ld, 0, 1);
       row_mass_kernel<<<unsigned(rows), kRowThreads, shared_bytes, context.stream>>>(
           logits, shape.ld, shape.rows, shape.columns, shape.per_block, shape.score_columns, group, mass);
       WA_CUDA_CHECK(cudaGetLastError());

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The side-by-side table of our kernel and FlashAttention-4 from bench/gpu/ncu_side_by_side.sh's logs
+(docs/kernel.md, "Side by side under Nsight Compute"): per kernel the duration and SM clock, elapsed SM cycles,
+executed warp instructions (in total and per 128 x 128 block), issue rate, the pipes' utilisation, active and
+predicated-on threads per warp, the top stall reasons (warps stalled per issue), registers and shared memory per
+CTA, grid, L2 hit rate and DRAM bytes (read and written).
+
+    python3 bench/gpu/collect_side_by_side.py LOG_DIR [--json OUT.json] [--markdown]
+
+Reads LOG_DIR/{ours-sparse,ours-dense,fa4}.csv (ncu's raw page; fa4.csv holds the sparse then the dense launch)
+and LOG_DIR/side-cases.jsonl (the mask's nonzero block count).
+"""
+import argparse
+import csv
+import json
+import pathlib
+import sys
+
+BLOCK = 128
+PIPES = ("tensor_op_gmma", "fma", "alu", "fmaheavy", "xu", "lsu", "uniform", "adu", "cbu")
+
+
+def kernels(path: pathlib.Path) -> list[dict]:
+    """The profiled kernels of one raw-page CSV, each as {metric: (value, unit)}."""
+    rows = list(csv.reader(line for line in path.read_text().splitlines() if line.startswith('"')))
+    if len(rows) < 3:
+        raise SystemExit(f"collect_side_by_side: {path} holds no profiled kernel")
+    header, units = rows[0], rows[1]
+    return [{name: (value, unit) for name, unit, value in zip(header, units, row)} for row in rows[2:]]
+
+
+def number(kernel: dict, metric: str) -> float:
+    text = kernel[metric][0].split(" (")[0].replace(",", "")
+    return float(text)
+
+
+def summary(kernel: dict, blocks: int) -> dict:
+    duration_ms = number(kernel, "gpu__time_duration.sum") / 1e6  # ns
+    clock = number(kernel, "sm__cycles_elapsed.avg.per_second")
+    cycles = duration_ms / 1e3 * clock  # the raw page has the elapsed cycles only as a rate
+    instructions = number(kernel, "smsp__inst_executed.sum")
+    stalls = {name.split("issue_stalled_")[1].split("_per_issue")[0]: number(kernel, name)
+              for name in kernel if name.startswith("smsp__average_warps_issue_stalled_")
+              and name.endswith("_per_issue_active.ratio")}
+    return {
+        "kernel": kernel["Kernel Name"][0][:90],
+        "duration_ms": duration_ms,
+        "sm_clock_ghz": clock / 1e9,
+        "sm_cycles_m": cycles / 1e6,
+        "sm_cycles_per_block": cycles * number(kernel, "device__attribute_multiprocessor_count") / blocks,
+        "sm_cycles_active_pct": 100 * number(kernel, "sm__cycles_active.avg") / cycles,
+        "warp_instructions_g": instructions / 1e9,
+        "warp_instructions_per_block": instructions / blocks,
+        "ipc_issued": number(kernel, "sm__inst_issued.avg.per_cycle_active"),
+        "issue_slots_busy_pct": number(kernel, "sm__issue_active.avg.pct_of_peak_sustained_elapsed"),
+        "sm_busy_pct": number(kernel, "sm__instruction_throughput.avg.pct_of_peak_sustained_elapsed"),
+        "pipes_pct_of_peak_active": {pipe: number(kernel, f"sm__inst_executed_pipe_{pipe}.avg.pct_of_peak_sustained_active")
+                                     for pipe in PIPES if f"sm__inst_executed_pipe_{pipe}.avg.pct_of_peak_sustained_active" in kernel},
+        "threads_per_warp_active": number(kernel, "smsp__thread_inst_executed_per_inst_executed.ratio"),
+        "threads_per_warp_pred_on": number(kernel, "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio"),
+        "top_stalls_per_issue": dict(sorted(stalls.items(), key=lambda item: -item[1])[:6]),
+        "registers_per_thread": number(kernel, "launch__registers_per_thread"),
+        "shared_kb_per_cta": (number(kernel, "launch__shared_mem_per_block_dynamic")
+                              + number(kernel, "launch__shared_mem_per_block_static")) / 1024,
+        "threads_per_cta": number(kernel, "launch__block_size"),
+        "grid": number(kernel, "launch__grid_size"),
+        "l2_hit_pct": number(kernel, "lts__t_sector_hit_rate.pct"),
+        "dram_gb": number(kernel, "dram__bytes.sum.per_second") * duration_ms / 1e12,  # read + written
+        "dram_throughput_pct": number(kernel, "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+        "tflops": 4.0 * BLOCK * BLOCK * 128 * blocks / (duration_ms * 1e9),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("logs", type=pathlib.Path)
+    parser.add_argument("--json", type=pathlib.Path)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    case = json.loads((args.logs / "side-cases.jsonl").read_text().splitlines()[0])
+    sparse_blocks = int(case["nnz_blocks"])
+    heads, q_blocks, kv_blocks = case["shape"]
+    dense_blocks = heads * q_blocks * kv_blocks
+    fa4 = kernels(args.logs / "fa4.csv")
+    if len(fa4) != 2:
+        raise SystemExit(f"collect_side_by_side: fa4.csv holds {len(fa4)} kernels, expected the sparse and the dense")
+    table = {
+        "ours sparse": summary(kernels(args.logs / "ours-sparse.csv")[0], sparse_blocks),
+        "FA4 sparse": summary(fa4[0], sparse_blocks),
+        "ours dense": summary(kernels(args.logs / "ours-dense.csv")[0], dense_blocks),
+        "FA4 dense": summary(fa4[1], dense_blocks),
+    }
+    if args.json:
+        args.json.write_text(json.dumps({"case": case, "kernels": table}, indent=1) + "\n")
+    if args.markdown:
+        names = list(table)
+        def line(label, fmt):
+            return f"| {label} | " + " | ".join(fmt(table[name]) for name in names) + " |"
+        out = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+               line("duration / SM clock", lambda k: f"{k['duration_ms']:.1f} ms / {k['sm_clock_ghz']:.3f} GHz"),
+               line("TF/s (one profiled launch)", lambda k: f"{k['tflops']:.0f}"),
+               line("elapsed SM cycles", lambda k: f"{k['sm_cycles_m']:.1f} M"),
+               line("SM cycles per 128 x 128 block", lambda k: f"{k['sm_cycles_per_block']:,.0f}"),
+               line("executed warp instructions", lambda k: f"{k['warp_instructions_g']:.2f} G"),
+               line("per 128 x 128 block", lambda k: f"{k['warp_instructions_per_block']:,.0f}"),
+               line("issued IPC / issue slots busy", lambda k: f"{k['ipc_issued']:.2f} / {k['issue_slots_busy_pct']:.1f} %"),
+               line("SM busy", lambda k: f"{k['sm_busy_pct']:.1f} %")]
+        for pipe in PIPES:
+            if all(pipe in table[name]["pipes_pct_of_peak_active"] for name in names):
+                out.append(line(f"pipe {pipe} (% of peak, active)", lambda k, p=pipe: f"{k['pipes_pct_of_peak_active'][p]:.1f}"))
+        out += [line("threads per warp: active / predicated on",
+                     lambda k: f"{k['threads_per_warp_active']:.2f} / {k['threads_per_warp_pred_on']:.2f}"),
+                line("top stalls (warps per issue)", lambda k: ", ".join(f"{n} {v:.2f}" for n, v in list(k['top_stalls_per_issue'].items())[:4])),
+                line("registers / shared memory per CTA", lambda k: f"{k['registers_per_thread']:.0f} / {k['shared_kb_per_cta']:.0f} KB"),
+                line("threads per CTA / grid", lambda k: f"{k['threads_per_cta']:.0f} / {k['grid']:,.0f}"),
+                line("L2 hit / DRAM bytes / DRAM throughput", lambda k: f"{k['l2_hit_pct']:.1f} % / {k['dram_gb']:.2f} GB / {k['dram_throughput_pct']:.1f} %")]
+        print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
