@@ -78,6 +78,7 @@ NCU_SOL, NCU_TIME, NCU_CLOCK = ("dram__throughput.avg.pct_of_peak_sustained_elap
                                 "sm__cycles_elapsed.avg.per_second")
 UNIT_SCALE = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3, "MB": 1e6, "GB": 1e9,
               "nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,  # durations in ms
+              "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3,  # ncu 2025.3 writes the short unit names
               "cycle/nsecond": 1e3, "cycle/usecond": 1.0, "cycle/second": 1e-6,  # clocks in MHz
               "hz": 1e-6, "Khz": 1e-3, "Mhz": 1.0, "Ghz": 1e3}
 

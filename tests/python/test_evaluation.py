@@ -175,3 +175,19 @@ def test_gpu_driver_says_why_it_does_not_run_without_a_gpu(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines == [{"skipped": impl, "reason": "no CUDA device"} for impl in ("wavealign", "flashattention4")]
+
+
+def test_ncu_units_long_and_short_names_scale_alike(tmp_path):
+    """ncu 2025.3 writes "ns" and "hz" where older releases wrote "nsecond": both must read as the same ms/MHz
+    (a 55.75 ms launch read as 55,750,368 ms made every roofline point 0 TF/s)."""
+    header = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
+    body = ('"0","k","gpu__time_duration.sum","ns","55,750,368"\n"0","k","sm__cycles_elapsed.avg.per_second","hz",'
+            '"1,481,280,144"\n"1","k","gpu__time_duration.sum","nsecond","55,750,368"\n'
+            '"1","k","dram__bytes_read.sum","Gbyte","2.5"\n')
+    path = tmp_path / "ncu.csv"
+    path.write_text("==PROF== noise\n" + header + body)
+    short, long_ = collect_evaluation.read_ncu_csv(path)
+    assert short["gpu__time_duration.sum"] == pytest.approx(55.750368)
+    assert long_["gpu__time_duration.sum"] == pytest.approx(55.750368)
+    assert short["sm__cycles_elapsed.avg.per_second"] == pytest.approx(1481.280144)
+    assert long_["dram__bytes_read.sum"] == pytest.approx(2.5e9)
