@@ -83,8 +83,9 @@ def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, 
     query block permutation[h, p]: its kept KV blocks in ascending order, packed left (W = the longest row);
     mask_block_cnt is zero ([B, H, MB]) with a one-wide mask_block_idx; block_size = plan.block_size. The
     query length is MB * q_block, the length of permute_rows(plan, q). The tensors are made once per plan,
-    length, heads and device and cached with the plan; making them synchronizes the device once (W is read on
-    the host, and the cached tensors are complete before any stream reads them).
+    length, heads and device and cached with the plan; making them synchronizes the device (the mask's
+    validity, its block count and W are read on the host, and the cached tensors are complete before any stream
+    reads them).
     """
     torch = require_torch("wavealign.fa4")
     plan = _check_plan(plan)
@@ -119,7 +120,12 @@ def permuted_block_lists(plan: Plan, device: Any) -> tuple[Any, Any]:
     """(counts int32 [H, MB], indices int32 [H, MB, W]) of the permuted mask on `device`: row p of head h lists
     the kept KV blocks of original row permutation[h, p], ascending and packed left; W = max(1, longest row)."""
     torch = require_torch("wavealign.fa4")
-    row_ptr, col_idx = (torch.as_tensor(x).to(device) for x in plan.csr())
+    device = torch.device(device)
+    # FA4 reads no validation record: an invalid mask raises here. The CSR is the one the fused kernel reads
+    # (on a GPU plan's own device without a copy; Plan.csr() would hand back a copy made through the host).
+    plan.check()
+    row_ptr, col_idx, _, _ = plan._launch_tensors(device, 1, plan.heads, "sequential")
+    col_idx = col_idx[:int(row_ptr[-1])]  # a dense or Flex mask's column buffer is capacity-sized
     permutation = torch.as_tensor(plan.permutation).to(device=device, dtype=torch.int64)
     rows = plan.heads * plan.q_blocks
     lengths = row_ptr[1:] - row_ptr[:-1]

@@ -57,6 +57,22 @@ def test_block_sparse_tensors_hold_the_permuted_mask(framework):
     assert fa4.block_sparse_tensors(plan, 9 * 128 - 50) is tensors  # made once per plan and shape
 
 
+def test_block_sparse_tensors_read_the_kernels_csr_not_a_host_copy(monkeypatch):
+    """The tensors come from the CSR the fused kernel reads (on a GPU plan's device: no copy through the host),
+    not from Plan.csr(), which makes the user a host copy (a 76 MB round trip per plan at 9.5 M blocks)."""
+    mask = random_mask(np.random.default_rng(5), 2, 7, 6, density=0.5)
+    plan = wavealign.plan(torch.from_numpy(mask), wave_size=3, skip="never", block_size=128)
+    expected = fa4.permuted_block_lists(plan, "cpu")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Plan.csr() called")
+
+    fresh = wavealign.plan(torch.from_numpy(mask), wave_size=3, skip="never", block_size=128)
+    monkeypatch.setattr(type(fresh), "csr", refuse)
+    counts, indices = fa4.permuted_block_lists(fresh, "cpu")
+    assert torch.equal(counts, expected[0]) and torch.equal(indices, expected[1])
+
+
 def test_block_sparse_tensors_pass_fa4_shape_rules():
     from flash_attn.cute.block_sparsity import infer_block_sparse_expected_shapes
 
