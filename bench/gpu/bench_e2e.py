@@ -130,6 +130,17 @@ def backend_available(backend: str) -> str | None:
     return None
 
 
+def method_options(text: str) -> dict[str, dict[str, Any]]:
+    """--method-options: a JSON object of JSON objects, one per method name."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise argparse.ArgumentTypeError(f'expected {{"method": {{"option": value}}}}, got {text!r}')
+    return value
+
+
 def emit(row: dict[str, Any], out: pathlib.Path | None) -> None:
     line = json.dumps(row)
     print(line, flush=True)
@@ -193,6 +204,10 @@ def main() -> None:
     parser.add_argument("--skip", default="auto", help="wavealign skip policy of the WaveAlign rows")
     parser.add_argument("--profile", default=str(ROOT / "bench/results/h200-skip-profile.json"),
                         help="skip profile of the WaveAlign rows ('' for none)")
+    parser.add_argument("--method-options", type=method_options, default={},
+                        help='JSON {method: {option: value}}, e.g. \'{"xattention": {"threshold": 0.5}}\': the '
+                             "methods' keyword arguments (random weights give near-uniform attention, so the "
+                             "defaults keep most blocks; this sets the sparsity a trained model would give)")
     parser.add_argument("--block", type=int, default=128)
     parser.add_argument("--config", choices=("14b", "tiny"), default="14b")
     parser.add_argument("--device", default="cuda")
@@ -208,6 +223,9 @@ def main() -> None:
     layers = args.layers or (MODEL_LAYERS if length <= 100_000 else 2)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     methods = resolve_methods([m for m in args.methods.split(",") if m], args.block, args.out)
+    unknown = sorted(set(args.method_options) - set(methods))
+    if unknown:
+        parser.error(f"argument --method-options: {', '.join(unknown)} not among --methods ({args.methods})")
     backends = []
     for backend in (b for b in args.backends.split(",") if b):
         reason = backend_available(backend)
@@ -257,14 +275,15 @@ def main() -> None:
         for backend in backends:
             reference = None
             for order in orders:
+                options = args.method_options.get(name)
                 row = measure(transformer, timer, inputs, args.repeats, method, backend=backend, order=order,
                               block_size=args.block, skip=args.skip if order != "original" else "never",
-                              profile=profile if order != "original" else None)
+                              profile=profile if order != "original" else None, method_options=options)
                 output = row["output"]
                 equal = None if reference is None else bool(torch.equal(output, reference))
                 if order == "original":
                     reference = output
-                finish(row, method=name, backend=backend, order=order,
+                finish(row, method=name, backend=backend, order=order, method_options=options,
                        skip=args.skip if order != "original" else "never", bitwise_equal_to_original=equal)
     timer.close()
 

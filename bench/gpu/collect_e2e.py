@@ -5,7 +5,7 @@ and the speedups over dense and over the original order.
 
 Usage: bench/gpu/collect_e2e.py LOG.jsonl [LOG.jsonl ...] [--out bench/results/h200-e2e.json] [--docs docs/e2e.md]
 
-A later line of the same (config, frames, layers, method, backend, order) replaces an earlier one, so reruns of
+A later line of the same (config, frames, layers, method, backend, order, method options) replaces an earlier one, so reruns of
 part of the bench can be appended to one log. Speedups compare rows of one frame count and layer count: over
 the dense row, and over the original-order row of the same method and backend.
 """
@@ -21,6 +21,12 @@ KEY = ("config", "frames", "layers", "method", "backend", "order")
 TABLE_BEGIN, TABLE_END = "<!-- e2e table: bench/gpu/collect_e2e.py -->", "<!-- end of e2e table -->"
 
 
+def options_of(row: dict) -> str:
+    """The row's --method-options for its method, as compact JSON ("" for the method's defaults)."""
+    options = row.get("method_options")
+    return json.dumps(options, sort_keys=True, separators=(",", ":")) if options else ""
+
+
 def read_rows(paths: list[pathlib.Path]) -> tuple[list[dict], list[dict]]:
     """(measured rows, skip notes) from the logs, later duplicates replacing earlier ones."""
     rows: dict[tuple, dict] = {}
@@ -34,7 +40,7 @@ def read_rows(paths: list[pathlib.Path]) -> tuple[list[dict], list[dict]]:
             if "skipped" in row:
                 skipped.append(row)
             elif row.get("bench") == "e2e":
-                rows[tuple(row[name] for name in KEY)] = row
+                rows[(*(row[name] for name in KEY), options_of(row))] = row
     return list(rows.values()), skipped
 
 
@@ -50,11 +56,19 @@ def derive(rows: list[dict]) -> list[dict]:
         row["attention_share"] = (row["attention_ms_model"] + row["mask_ms_model"] + row["plan_ms_model"]) / step
         row["mask_plan_share"] = (row["mask_ms_model"] + row["plan_ms_model"]) / step
         dense = find(row, method="dense")
-        original = find(row, method=row["method"], backend=row["backend"], order="original")
+        original = next((other for other in rows if other["order"] == "original"
+                         and options_of(other) == options_of(row)
+                         and all(other[name] == row[name] for name in ("config", "frames", "layers", "method",
+                                                                        "backend"))), None)
         row["speedup_vs_dense"] = dense["step_ms_model"] / step if dense else None
         row["speedup_vs_original"] = original["step_ms_model"] / step if original and row["method"] != "dense" \
             else None
     return rows
+
+
+def method_label(row: dict) -> str:
+    options = options_of(row)
+    return row["method"] if not options else f"{row['method']} `{options}`"
 
 
 def table(rows: list[dict]) -> str:
@@ -65,12 +79,12 @@ def table(rows: list[dict]) -> str:
              "| mask + plan ms | density | vs dense | vs original | = original bit for bit |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"dense": 0}
-    for row in sorted(rows, key=lambda r: (r["frames"], order.get(r["method"], 1), r["method"], r["backend"],
-                                           r["order"] != "original", r["order"])):
+    for row in sorted(rows, key=lambda r: (r["frames"], order.get(r["method"], 1), r["method"], options_of(r),
+                                           r["backend"], r["order"] != "original", r["order"])):
         star = "*" if row["extrapolated"] else ""
         density = "" if row.get("density") is None else f"{row['density']:.3f}"
         equal = {True: "yes", False: "NO", None: ""}[row.get("bitwise_equal_to_original")]
-        lines.append(f"| {row['frames']} | {row['tokens']:,} | {row['layers']} | {row['method']} | {row['backend']} | "
+        lines.append(f"| {row['frames']} | {row['tokens']:,} | {row['layers']} | {method_label(row)} | {row['backend']} | "
                      f"{row['order']} | {row['step_ms_model'] / 1e3:.2f}{star} | {100 * row['attention_share']:.1f} % | "
                      f"{row['mask_ms_model'] + row['plan_ms_model']:.0f} | {density} | "
                      f"{ratio(row['speedup_vs_dense'])} | {ratio(row['speedup_vs_original'])} | {equal} |")

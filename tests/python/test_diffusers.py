@@ -254,6 +254,28 @@ def test_the_e2e_benchmark_and_its_collector_run_on_a_tiny_model(tmp_path):
     assert "| 9 | 192 | 2 | pooled | wavealign | wavealign |" in docs.read_text()
 
 
+def test_the_e2e_benchmark_passes_method_options_and_keeps_them_apart(tmp_path):
+    bench = EXAMPLES.parent / "bench" / "gpu"
+    base = [sys.executable, str(bench / "bench_e2e.py"), "--config", "tiny", "--device", "cpu", "--frames", "9",
+            "--height", "128", "--width", "128", "--layers", "1", "--block", "64", "--methods", "xattention",
+            "--backends", "wavealign", "--profile", "", "--no-dense", "--orders", "original"]
+    log = tmp_path / "e2e.jsonl"
+    for threshold in ("0.5", "0.95"):
+        options = '{"xattention": {"threshold": %s, "stride": 4, "block_size": 64}}' % threshold
+        result = subprocess.run(base + ["--method-options", options,
+                                        "--out", str(log)], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [row["method_options"]["threshold"] for row in rows] == [0.5, 0.95]
+    assert rows[0]["density"] < rows[1]["density"]  # the option reached the method
+    result = subprocess.run([sys.executable, str(bench / "collect_e2e.py"), str(log), "--out",
+                             str(tmp_path / "e2e.json")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(json.loads((tmp_path / "e2e.json").read_text())["rows"]) == 2  # options are part of the key
+    wrong = subprocess.run(base + ["--method-options", '{"sparge": {}}'], capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and "--method-options: sparge not among --methods" in wrong.stderr
+
+
 def wrong_size(q, k):
     return torch.ones(q.shape[1], 5, 5, dtype=torch.bool)
 
