@@ -9,8 +9,9 @@
         print(row)                          # per step and branch: mask, plan and attention ms
     wavealign.diffusers.remove(pipe.transformer)
 
-`apply` swaps the processor of every block's self-attention (`attn1`) of a `WanTransformer3DModel`; the
-cross-attention (`attn2`) keeps its own. Each self-attention call runs the mask method on the RoPE'd q and k,
+`apply` swaps the processor of every block's self-attention (`attn1`) of a `WanTransformer3DModel` (or of an
+`LTXVideoTransformer3DModel`: LTX-Video's norms across heads and its RoPE); the cross-attention (`attn2`) keeps
+its own. Each self-attention call runs the mask method on the RoPE'd q and k,
 plans the mask (on the GPU for a CUDA mask) and runs the chosen backend in plan order; dense warm-up steps and
 layers run diffusers' own attention. The processor does what diffusers' WanAttnProcessor does around the
 attention (the fused or separate q/k/v projections, the q/k RMSNorms, RoPE, the output projection), so the
@@ -93,7 +94,7 @@ class WanSparseAttention:
         self._context: Any = None
         self._plans: dict[tuple[int, str | None], tuple[int, Plan]] = {}
         self._calls: list[_Call] = []
-        self._processors: list[WanSparseAttnProcessor] = []
+        self._processors: list[_SparseSelfAttnProcessor] = []
         self._restore: tuple[list[Any], bool, bool] | None = None   # stock processors, had registry / forward
         self.id = next(_handle_ids)
         _handles[self.id] = self
@@ -187,7 +188,7 @@ class WanSparseAttention:
             return step < self.dense_steps
         return False
 
-    def _attend(self, processor: WanSparseAttnProcessor, q: Any, k: Any, v: Any) -> Any:
+    def _attend(self, processor: _SparseSelfAttnProcessor, q: Any, k: Any, v: Any) -> Any:
         """q, k, v [B, L, H, d] after RoPE -> O [B, L, H, d] (contiguous, q's dtype)."""
         torch = require_torch("wavealign.diffusers")
         layer = processor.layer
@@ -320,13 +321,12 @@ def _flex(torch: Any, q: Any, k: Any, v: Any, plan: Plan) -> Any:
 
 # ---- the processor ------------------------------------------------------------------------------------------
 
-class WanSparseAttnProcessor:
-    """The self-attention processor `apply` puts on a Wan block's attn1 (one per layer).
-
-    It mirrors diffusers' WanAttnProcessor up to the attention, which it hands to the handle through the
-    custom op torch.ops.wavealign.wan_self_attention, so torch.compile traces the module around it in one
-    graph. The diffusers attributes `_attention_backend` (the backend of the dense calls) and
-    `_parallel_config` are kept; context parallelism is not supported.
+class _SparseSelfAttnProcessor:
+    """What the self-attention processors `apply` puts on a block's attn1 share (one per layer): the handle and
+    layer they serve, the refusals, and the attention itself, handed to the handle through the custom op
+    torch.ops.wavealign.wan_self_attention, so torch.compile traces the module around it in one graph. The
+    diffusers attributes `_attention_backend` (the backend of the dense calls) and `_parallel_config` are kept;
+    context parallelism is not supported. Each model's subclass mirrors its stock processor up to the attention.
     """
 
     _attention_backend = None
@@ -338,19 +338,33 @@ class WanSparseAttnProcessor:
         self._attention_backend = getattr(stock, "_attention_backend", None)
 
     def __repr__(self) -> str:
-        return f"wavealign.diffusers.WanSparseAttnProcessor(layer={self.layer})"
+        return f"wavealign.diffusers.{type(self).__name__}(layer={self.layer})"
 
-    def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None,
-                 attention_mask: Any = None, rotary_emb: tuple[Any, Any] | None = None) -> Any:
-        import torch
-        from diffusers.models.transformers.transformer_wan import _get_qkv_projections
-
+    def _refuse(self, encoder_hidden_states: Any, attention_mask: Any) -> None:
         if encoder_hidden_states is not None or attention_mask is not None:
             raise invalid("encoder_hidden_states" if encoder_hidden_states is not None else "attention_mask",
                           "the wavealign self-attention processor takes neither (it replaces attn1 only)")
         if self._parallel_config is not None:
             raise RuntimeError("wavealign.diffusers: context parallelism is not supported by the sparse "
                                "self-attention processor")
+
+    def _attend(self, attn: Any, query: Any, key: Any, value: Any) -> Any:
+        """O of q, k, v [B, L, H, d] through the handle, heads flattened, through attn's output projection."""
+        import torch
+
+        out = torch.ops.wavealign.wan_self_attention(query, key, value, self.handle_id, self.layer)
+        out = out.flatten(2, 3).type_as(query)
+        return attn.to_out[1](attn.to_out[0](out))
+
+
+class WanSparseAttnProcessor(_SparseSelfAttnProcessor):
+    """On a WanTransformer3DModel block's attn1: diffusers' WanAttnProcessor up to the attention."""
+
+    def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None,
+                 attention_mask: Any = None, rotary_emb: tuple[Any, Any] | None = None) -> Any:
+        from diffusers.models.transformers.transformer_wan import _get_qkv_projections
+
+        self._refuse(encoder_hidden_states, attention_mask)
         query, key, value = _get_qkv_projections(attn, hidden_states, None)
         query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
         key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
@@ -358,9 +372,26 @@ class WanSparseAttnProcessor:
         if rotary_emb is not None:
             query = _rotate(query, *rotary_emb)
             key = _rotate(key, *rotary_emb)
-        out = torch.ops.wavealign.wan_self_attention(query, key, value, self.handle_id, self.layer)
-        out = out.flatten(2, 3).type_as(query)
-        return attn.to_out[1](attn.to_out[0](out))
+        return self._attend(attn, query, key, value)
+
+
+class LtxSparseAttnProcessor(_SparseSelfAttnProcessor):
+    """On an LTXVideoTransformer3DModel block's attn1: diffusers' LTXVideoAttnProcessor up to the attention (the
+    norms across heads and diffusers' own LTX RoPE on the flattened heads, then the heads split)."""
+
+    def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None,
+                 attention_mask: Any = None, image_rotary_emb: tuple[Any, Any] | None = None) -> Any:
+        from diffusers.models.transformers.transformer_ltx import apply_rotary_emb
+
+        self._refuse(encoder_hidden_states, attention_mask)
+        query = attn.norm_q(attn.to_q(hidden_states))
+        key = attn.norm_k(attn.to_k(hidden_states))
+        value = attn.to_v(hidden_states)
+        if image_rotary_emb is not None:
+            query = apply_rotary_emb(query, image_rotary_emb)
+            key = apply_rotary_emb(key, image_rotary_emb)
+        heads = (attn.heads, -1)
+        return self._attend(attn, query.unflatten(2, heads), key.unflatten(2, heads), value.unflatten(2, heads))
 
 
 def _rotate(x: Any, cos: Any, sin: Any) -> Any:
@@ -495,11 +526,15 @@ def _dense_layer_set(dense_layers: Any, layers: int) -> frozenset[int]:
     return indices
 
 
-def _self_attentions(transformer: Any) -> list[Any]:
-    blocks = getattr(transformer, "blocks", None)
+def _self_attentions(transformer: Any) -> tuple[list[Any], type]:
+    """(each block's attn1, the processor class for them) of a WanTransformer3DModel (`blocks`) or an
+    LTXVideoTransformer3DModel (`transformer_blocks`)."""
+    blocks, processor = getattr(transformer, "blocks", None), WanSparseAttnProcessor
+    if blocks is None and type(transformer).__name__ == "LTXVideoTransformer3DModel":
+        blocks, processor = getattr(transformer, "transformer_blocks", None), LtxSparseAttnProcessor
     if blocks is None or not all(hasattr(block, "attn1") for block in blocks):
-        raise invalid("transformer", f"must be a diffusers WanTransformer3DModel (blocks with attn1), got "
-                                     f"{type(transformer).__name__}")
+        raise invalid("transformer", f"must be a diffusers WanTransformer3DModel or LTXVideoTransformer3DModel "
+                                     f"(blocks with attn1), got {type(transformer).__name__}")
     attentions = [block.attn1 for block in blocks]
     for layer, attention in enumerate(attentions):
         if getattr(attention, "is_cross_attention", False) or getattr(attention, "add_k_proj", None) is not None:
@@ -507,7 +542,7 @@ def _self_attentions(transformer: Any) -> list[Any]:
         if getattr(attention.processor, "_parallel_config", None) is not None:
             raise invalid("transformer", "context parallelism is enabled; the sparse self-attention processor "
                                          "does not support it")
-    return attentions
+    return attentions, processor
 
 
 def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: str = "wavealign",
@@ -515,10 +550,11 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
           block_size: int | tuple[int, int] = 128, method_options: dict[str, Any] | None = None,
           skip: str = "auto", profile: Any = None, plan_options: dict[str, Any] | None = None,
           timing: bool = False, on_plan: Callable[..., Any] | None = None) -> WanSparseAttention:
-    """Puts the wavealign sparse self-attention processor on every block's attn1 of a WanTransformer3DModel.
+    """Puts the wavealign sparse self-attention processor on every block's attn1 of a WanTransformer3DModel or
+    an LTXVideoTransformer3DModel (cross-attention untouched).
 
     Args:
-        transformer: a diffusers WanTransformer3DModel (pipe.transformer).
+        transformer: a diffusers WanTransformer3DModel or LTXVideoTransformer3DModel (pipe.transformer).
         method: the mask method: "xattention", "sparge", "minference" or "flexprefill" (wavealign.methods),
             "dense" (every call dense, for timing), or any callable (q, k) -> block mask, called with the
             RoPE'd q and k as [B, H, L, d] views; the mask is what wavealign.plan takes (bool [H | B*H, MB, NB],
@@ -547,7 +583,7 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
     if getattr(transformer, _HANDLE_ATTRIBUTE, None) is not None:
         raise invalid("transformer", "already has the wavealign processors; call wavealign.diffusers.remove "
                                      "first")
-    attentions = _self_attentions(transformer)
+    attentions, processor_class = _self_attentions(transformer)
     if method_options is not None and not isinstance(method_options, dict):
         raise invalid("method_options", f"must be a dict or None, got {type(method_options).__name__}")
     if plan_options is not None and not isinstance(plan_options, dict):
@@ -580,7 +616,7 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
     registry = HookRegistry.check_if_exists_or_initialize(transformer)
     registry.register_hook(_step_hook(handle), _HOOK_NAME)
     stock = [attention.processor for attention in attentions]
-    handle._processors = [WanSparseAttnProcessor(handle, layer, processor) for layer, processor in enumerate(stock)]
+    handle._processors = [processor_class(handle, layer, processor) for layer, processor in enumerate(stock)]
     handle._restore = (stock, had_registry, had_forward)
     for attention, processor in zip(attentions, handle._processors):
         attention.set_processor(processor)
@@ -594,7 +630,7 @@ def remove(transformer: Any) -> None:
     if handle is None:
         raise invalid("transformer", "has no wavealign processors (apply was not called, or remove was)")
     stock, had_registry, had_forward = handle._restore
-    for attention, processor in zip(_self_attentions(transformer), stock):
+    for attention, processor in zip(_self_attentions(transformer)[0], stock):
         attention.set_processor(processor)
     registry = transformer._diffusers_hook
     registry.remove_hook(_HOOK_NAME, recurse=False)
@@ -616,5 +652,5 @@ def _require_diffusers() -> Any:
     return diffusers
 
 
-__all__ = ["apply", "remove", "WanSparseAttention", "WanSparseAttnProcessor", "BACKENDS", "METHODS", "time_mark",
-           "elapsed_ms"]
+__all__ = ["apply", "remove", "WanSparseAttention", "WanSparseAttnProcessor", "LtxSparseAttnProcessor", "BACKENDS",
+           "METHODS", "time_mark", "elapsed_ms"]
