@@ -29,9 +29,18 @@ def kernels(path: pathlib.Path) -> list[dict]:
     return [{name: (value, unit) for name, unit, value in zip(header, units, row)} for row in rows[2:]]
 
 
+# The units the raw page gives the metrics read with a scale (ncu 2025.3); another unit is an error, not a
+# silently mis-scaled number.
+UNITS = {"gpu__time_duration.sum": "ns", "sm__cycles_elapsed.avg.per_second": "hz",
+         "dram__bytes.sum.per_second": "byte/s", "sm__cycles_active.avg": "cycle",
+         "launch__shared_mem_per_block_dynamic": "byte/block", "launch__shared_mem_per_block_static": "byte/block"}
+
+
 def number(kernel: dict, metric: str) -> float:
-    text = kernel[metric][0].split(" (")[0].replace(",", "")
-    return float(text)
+    text, unit = kernel[metric]
+    if metric in UNITS and unit != UNITS[metric]:
+        raise SystemExit(f"collect_side_by_side: {metric} is in '{unit}', expected '{UNITS[metric]}'")
+    return float(text.split(" (")[0].replace(",", ""))
 
 
 def summary(kernel: dict, blocks: int) -> dict:

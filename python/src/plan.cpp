@@ -302,6 +302,8 @@ void bind_plan(nb::module_& module) {
     if (kind == "traversal") return enum_names<Traversal>();
     throw InvalidArgument("kind", "unknown option kind '" + kind + "'");
   }, nb::arg("kind"), "Accepted spellings of an option (order, gpu, skip, head_order, traversal).");
+  module.def("order_has_gpu_plan", [](const std::string& order) { return order_has_gpu_plan(from_string<Order>(order)); },
+             nb::arg("order"), "Whether the GPU planner plans this row order (the others need planner=\"cpu\").");
 }
 
 }  // namespace wavealign::python

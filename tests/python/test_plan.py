@@ -430,3 +430,13 @@ def test_derived_launch_tensors_are_cached_within_a_bound(rng):
     assert plan._launch_tensors(cpu, 20, 2, "concurrent-heads")[2] is schedule  # kept: the same tensor
     with pytest.raises(ValueError, match="invalid argument 'plan'"):
         plan._launch_tensors(cpu, 2, 3, "sequential")  # neither 3 nor 2*3 mask heads
+
+
+def test_which_orders_have_a_gpu_plan():
+    """The binding answers with the C++ rule (order_dispatch.cpp), every order name accepted."""
+    from wavealign import _core
+
+    gpu = {name for name in _core.enum_names("order") if _core.order_has_gpu_plan(name)}
+    assert gpu == {"original", "s1", "s2", "wavealign", "shuffled", "com", "span"}
+    with pytest.raises(ValueError, match="order"):
+        _core.order_has_gpu_plan("zigzag")

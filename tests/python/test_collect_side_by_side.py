@@ -1,0 +1,74 @@
+"""bench/gpu/collect_side_by_side.py on made-up Nsight Compute raw pages: cycles and instructions per block
+from the duration, clock and launch counts; a metric in an unexpected unit is refused, not mis-scaled."""
+
+import csv
+import io
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu" / "collect_side_by_side.py"
+
+BASE = {  # metric: (unit, value)
+    "Kernel Name": ("", "kernel"), "gpu__time_duration.sum": ("ns", "100,000,000"),
+    "sm__cycles_elapsed.avg.per_second": ("hz", "1,500,000,000"), "device__attribute_multiprocessor_count": ("", "132"),
+    "sm__cycles_active.avg": ("cycle", "135,000,000"), "smsp__inst_executed.sum": ("inst", "40,000,000,000"),
+    "sm__inst_issued.avg.per_cycle_active": ("inst/cycle", "1.6"),
+    "sm__issue_active.avg.pct_of_peak_sustained_elapsed": ("%", "40"),
+    "sm__instruction_throughput.avg.pct_of_peak_sustained_elapsed": ("%", "80"),
+    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active": ("%", "15"),
+    "smsp__thread_inst_executed_per_inst_executed.ratio": ("", "31.5"),
+    "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio": ("", "31"),
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": ("", "2.0"),
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": ("", "0.1"),
+    "launch__registers_per_thread": ("register/thread", "168"),
+    "launch__shared_mem_per_block_dynamic": ("byte/block", "163,840"),
+    "launch__shared_mem_per_block_static": ("byte/block", "0 (0)"), "launch__block_size": ("", "384"),
+    "launch__grid_size": ("", "132"), "lts__t_sector_hit_rate.pct": ("%", "70"),
+    "dram__bytes.sum.per_second": ("byte/s", "1,000,000,000,000"),
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": ("%", "20"),
+}
+
+
+def raw_page(*kernels):
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    names = list(kernels[0])
+    writer.writerow(names)
+    writer.writerow([kernels[0][name][0] for name in names])
+    for kernel in kernels:
+        writer.writerow([kernel[name][1] for name in names])
+    return "==PROF== noise\n" + out.getvalue()
+
+
+def write_logs(folder, ours=BASE):
+    (folder / "ours-sparse.csv").write_text(raw_page(ours))
+    (folder / "ours-dense.csv").write_text(raw_page(ours))
+    (folder / "fa4.csv").write_text('{"impl": "flashattention4"}\n' + raw_page(BASE, BASE))
+    (folder / "side-cases.jsonl").write_text(json.dumps({"nnz_blocks": 1000, "shape": [1, 10, 200]}) + "\n")
+
+
+def test_per_block_figures_come_from_duration_clock_and_counts(tmp_path):
+    write_logs(tmp_path)
+    out = tmp_path / "side.json"
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out), "--markdown"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    kernels = json.loads(out.read_text())["kernels"]
+    sparse, dense = kernels["ours sparse"], kernels["FA4 dense"]
+    assert sparse["sm_cycles_per_block"] == pytest.approx(0.1 * 1.5e9 * 132 / 1000)  # 150 M cycles x 132 SMs
+    assert dense["sm_cycles_per_block"] == pytest.approx(0.1 * 1.5e9 * 132 / 2000)
+    assert sparse["warp_instructions_per_block"] == pytest.approx(4e10 / 1000)
+    assert sparse["dram_gb"] == pytest.approx(100.0)  # 1 TB/s for 100 ms
+    assert sparse["shared_kb_per_cta"] == pytest.approx(160.0)
+    assert list(sparse["top_stalls_per_issue"]) == ["wait", "barrier"]
+    assert "| SM cycles per 128 x 128 block |" in result.stdout
+
+
+def test_a_metric_in_another_unit_is_refused(tmp_path):
+    write_logs(tmp_path, {**BASE, "gpu__time_duration.sum": ("usecond", "100,000")})
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode != 0 and "gpu__time_duration.sum is in 'usecond', expected 'ns'" in result.stderr
