@@ -14,6 +14,11 @@ MASKS/METHOD-FRAMES.npy with its JSON summary beside it), Q, K, V seeded normal 
   order (kind "kernel"; WaveAlign by default) and the whole plug-in path wavealign.fa4.sparse_attention (kind "plugin": permute Q, FA4,
   unpermute O), with the time to build FA4's block-sparse tensors of each plan, and the plug-in output
   against the baseline, bit for bit.
+- --ceiling (impl "wavealign", kind "ceiling", order "s2"): the same mask with each row's kept blocks moved to
+  the row's first columns (`packed_rows`: the same row lengths, blocks and FLOPs, but every row of a wave walks
+  the same K/V blocks in the same sequence, so nearly every K/V read after a wave's first hits in L2), in
+  Stage 2's order. No row order of the real mask can share K/V more than that, so its time bounds what any
+  order can give (docs/reordering.md).
 
 Timing: CUDA events around one call, L2 flushed before each (cold), the median of --iters after one untimed
 call; the first timing of each length first runs --warmup-ms of warm-up kernels (the H200's 700 W power cap
@@ -28,7 +33,7 @@ collect_evaluation.py checks the counts and the kernel names).
     PYTHONPATH=build/python python3 bench/gpu/bench_evaluation.py --masks DIR --frames 401,161 \\
         [--methods xattention,sparge,minference,flexprefill] [--impls wavealign,flashattention4] [--iters 3] \\
         [--orders original,s1,s2,wavealign[,com,span,wave-union,hilbert,chain]] [--fa4-orders wavealign,...] \\
-        [--warmup-ms 2000] [--fig14 DIR] [--profile --cases-out FILE]
+        [--warmup-ms 2000] [--ceiling] [--fig14 DIR] [--profile --cases-out FILE]
 
 Prints one JSON object per line: {"bench": "evaluation", "impl", "kind", "method", "frames", "tokens", "order",
 "ms", "tflops", ...}, {"check": ..., "bitwise_equal"}, {"skipped": impl, "reason"}.
@@ -147,6 +152,12 @@ def adaptive_skip(mask: Any, tokens: int) -> dict:
     return {"skipped": plan.skipped, "reasons": plan.reason}
 
 
+def packed_rows(mask: Any) -> Any:
+    """`mask` [H, MB, NB] with each row's kept blocks moved to columns 0 .. n - 1 (n = the row's count)."""
+    counts = mask.sum(dim=-1, keepdim=True)
+    return torch.arange(mask.shape[-1], device=mask.device) < counts
+
+
 def case_fields(summary: dict, method: str, frames: int, mask: Any) -> dict:
     heads, q_blocks, kv_blocks = (int(n) for n in mask.shape)
     nnz = int(mask.sum())
@@ -185,6 +196,18 @@ def run_wavealign(mask: Any, qkv: tuple, common: dict, args: Any, sampler: Clock
             reference = output
         else:
             print_json(check_row("wavealign", order, args.orders[0], common, output, reference))
+    if args.ceiling:
+        packed = packed_rows(mask)
+        plan, plan_ms, plan_runs = gpu_plan(packed, "s2", 1)
+
+        def call_packed(plan: Any = plan) -> Any:
+            return wavealign.sparse_attention(q, k, v, plan)
+
+        call_packed()
+        ms, clocks = time_ms(call_packed, args.iters, True, sampler, warmup=1, warmup_ms=warm.take())
+        print_json({**common, "impl": "wavealign", "kind": "ceiling", "order": "s2", "mask": "packed rows",
+                    "ms": ms, "tflops": flops / ms / 1e9, "plan_ms": plan_ms, "planner": plan.planner, **clocks})
+        del packed
     if fig14:
         save_fig14_head(args.fig14, common["method"], mask[0].cpu().numpy(),
                         {order: perm[0].cpu().numpy() for order, perm in permutations.items()})
@@ -275,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="warm-up kernel time before the first timing of each length")
     parser.add_argument("--case-warmup-ms", type=milliseconds, default=200.0,
                         help="warm-up kernel time before each later timing")
+    parser.add_argument("--ceiling", action="store_true", help="also time each mask with its rows packed to the "
+                        "first columns (the bound of any row order; impl wavealign)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fig14", type=pathlib.Path, help="write head 0 of each method's mask and plans at the "
                                                           "longest length here (Fig. 14)")

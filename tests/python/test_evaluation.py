@@ -191,3 +191,21 @@ def test_ncu_units_long_and_short_names_scale_alike(tmp_path):
     assert long_["gpu__time_duration.sum"] == pytest.approx(55.750368)
     assert short["sm__cycles_elapsed.avg.per_second"] == pytest.approx(1481.280144)
     assert long_["dram__bytes_read.sum"] == pytest.approx(2.5e9)
+
+
+def test_packed_rows_keeps_each_row_length_and_moves_its_blocks_to_the_first_columns():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("wavealign.bench", reason="wavealign.bench (timing helpers) is not in this build")
+    import bench_evaluation
+
+    generator = torch.Generator().manual_seed(3)
+    mask = torch.rand(2, 5, 7, generator=generator) < 0.4
+    mask[0, 1] = False  # an empty row stays empty
+    mask[1, 2] = True  # a full row stays full
+    packed = bench_evaluation.packed_rows(mask)
+    assert packed.dtype == torch.bool and packed.shape == mask.shape
+    assert torch.equal(packed.sum(-1), mask.sum(-1))
+    for head in range(2):
+        for row in range(5):
+            count = int(mask[head, row].sum())
+            assert packed[head, row, :count].all() and not packed[head, row, count:].any()
