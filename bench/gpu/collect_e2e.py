@@ -4,6 +4,7 @@ docs/e2e.md) the end-to-end table: per row the 40-layer step time, the self-atte
 and the speedups over dense and over the original order.
 
 Usage: bench/gpu/collect_e2e.py LOG.jsonl [LOG.jsonl ...] [--out bench/results/h200-e2e.json] [--docs docs/e2e.md]
+       [--commit TEXT]
 
 A later line of the same (config, frames, layers, method, backend, order, method options) replaces an earlier one, so reruns of
 part of the bench can be appended to one log. Speedups compare rows of one frame count and layer count: over
@@ -100,13 +101,15 @@ def main() -> None:
     parser.add_argument("logs", nargs="+", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/h200-e2e.json"))
     parser.add_argument("--docs", type=pathlib.Path, default=None, help="write the table into this file's marked section")
+    parser.add_argument("--commit", default=None, help="the commit(s) the rows ran from, when the logs' own "
+                        "(git on the benchmark host) is not the tree that was run")
     args = parser.parse_args()
     rows, skipped = read_rows(args.logs)
     if not rows:
         raise SystemExit(f"collect_e2e: no bench_e2e rows in {', '.join(map(str, args.logs))}")
     rows = derive(rows)
     first = rows[0]
-    record = {"device": first["device"], "commit": first["commit"], "date": first["date"],
+    record = {"device": first["device"], "commit": args.commit or first["commit"], "date": first["date"],
               "torch": first["torch"], "diffusers": first["diffusers"],
               "command": "bench/gpu/bench_e2e.py --frames F --layers N ... --out LOG (one call per part); "
                          "bench/gpu/collect_e2e.py LOG",

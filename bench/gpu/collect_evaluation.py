@@ -893,6 +893,8 @@ def git_commit() -> str:
 
 def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: str) -> dict:
     run = next((row for row in reversed(logs.meta) if "command" in row), {})
+    # Parts of one evaluation may come from different commits (timing re-run later than ncu): name each once.
+    commits = list(dict.fromkeys(row["commit"] for row in logs.meta if "command" in row and "commit" in row))
     # The wave the plans of the longest length were made with (the simulator's record of it, else the H200's).
     wave = next((value["_wave"] for (_, frames), value in logs.simulation.items()
                  if logs.frames and frames == max(logs.frames)), SLOTS)
@@ -910,7 +912,7 @@ def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: s
     record = {
         "command": "; ".join(row["command"] for row in logs.meta if "command" in row) +
                    ("" if logs.simulated else f"; bench/gpu/collect_evaluation.py {logs.folder.name}"),
-        "device": logs.device, "commit": run.get("commit", git_commit()), "date": run.get("date", date),
+        "device": logs.device, "commit": ", ".join(commits) if commits else git_commit(), "date": run.get("date", date),
         "collected": date, "mode": "simulated" if logs.simulated else "measured",
         "simulation": next((row["description"] for row in logs.meta if "description" in row), None),
         "environment": logs.env, "paper": PAPER, "masks": list(logs.masks.values()),
