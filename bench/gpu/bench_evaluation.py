@@ -261,11 +261,14 @@ def profile_cases(masks: pathlib.Path, frames: int, args: Any, qkv: tuple, fa4_q
         common = case_fields(summary, method, frames, mask)
         plans = {}
         for order in args.orders:
-            plans[order] = wavealign.plan(mask, order=order, skip="never")
-            plans[order].csr()
-            torch.cuda.synchronize()
+            plans[order] = gpu_plan(mask, order, 1)[0]
             cases.append({**common, "impl": "wavealign", "kind": "kernel", "order": order})
             wavealign.sparse_attention(q, k, v, plans[order])
+            torch.cuda.synchronize()
+        if args.ceiling:
+            packed_plan = gpu_plan(packed_rows(mask), "s2", 1)[0]
+            cases.append({**common, "impl": "wavealign", "kind": "ceiling", "order": "packed rows"})
+            wavealign.sparse_attention(q, k, v, packed_plan)
             torch.cuda.synchronize()
         if fa4_parts is None:
             continue

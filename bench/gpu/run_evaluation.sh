@@ -13,7 +13,8 @@
 # orders: the candidate row orders of docs/reordering.md (com, span, wave-union, hilbert; CPU-planned where the
 #   order has no GPU plan) beside original / S2 / WaveAlign on every method's mask at 401 and 161 frames
 #   (WA_ORDER_FRAMES=401 for the longest alone), on our
-#   kernel and FA4, and the packed-rows bound of any order on our kernel (LOG_DIR/orders.jsonl).
+#   kernel and FA4, and the packed-rows bound of any order on our kernel (LOG_DIR/orders.jsonl); then the same
+#   on our kernel at 401 frames under Nsight Compute (LOG_DIR/orders-ncu/; bench/gpu/collect_orders.py --ncu).
 # ncu: Nsight Compute on the 401-frame cases, one launch each: every method x order (our kernel) and the FA4
 #   original / WaveAlign pair, then our dense mode and a random mask at density 0.20 (Table I).
 # Each part alone fits in one 10-minute call; both together are budgeted at 8 minutes. Every step runs under a
@@ -57,7 +58,7 @@ method_flags() {
 }
 
 # Budgets in seconds: the timeout of each step (the estimates on the H200 are about half of each).
-declare -A budget=([masks]=150 [dense]=25 [kernel]=75 [fa4]=120 [ncu]=130 [ncu-dense]=30 [simulate]=220 [orders]=240)
+declare -A budget=([masks]=150 [dense]=25 [kernel]=75 [fa4]=120 [ncu]=130 [ncu-dense]=30 [simulate]=220 [orders]=240 [ncu-orders]=200)
 timing_steps=(masks dense kernel fa4)
 ncu_steps=(ncu ncu-dense)
 
@@ -119,6 +120,12 @@ row = json.load(sys.stdin); row.update(method="random", frames=401); print(json.
       python3 "$driver" --masks "$masks" --frames "${WA_ORDER_FRAMES:-401,161}" --impls wavealign,flashattention4 --iters 3 \
         --warmup-ms 2000 --ceiling --orders original,s2,wavealign,com,span,wave-union,hilbert \
         --fa4-orders s2,wavealign,com,span,wave-union >>"$logs/orders.jsonl" 2>>"$logs/errors.txt" ;;
+    ncu-orders)  # the same orders and bound under Nsight Compute, one launch each (LOG_DIR/orders-ncu/)
+      make_masks 401
+      mkdir -p "$logs/orders-ncu"
+      "${profile[@]}" -k "regex:fwd_kernel_sm" python3 "$driver" --profile --masks "$masks" --frames 401 \
+        --impls wavealign --ceiling --orders original,s2,wavealign,com,span,wave-union,hilbert \
+        --cases-out "$logs/orders-ncu/ncu-cases.jsonl" >"$logs/orders-ncu/ncu.csv" 2>>"$logs/errors.txt" ;;
     ncu)
       make_masks 401
       rm -f "$logs/ncu-cases.jsonl"
@@ -169,6 +176,8 @@ if [ "$part" = orders ]; then
   step masks
   step orders
   echo "order rows: $(grep -c '"ms"' "$logs/orders.jsonl")"
+  step ncu-orders
+  echo "profiled order launches: $(grep -c '"lts__t_sector_hit_rate.pct"' "$logs/orders-ncu/ncu.csv")"
   tail -n 5 "$logs/errors.txt" 2>/dev/null
   exit 0
 fi

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Tables of the orders step (`bench/gpu/run_evaluation.sh BUILD LOG orders`: every candidate row order on the
+four methods' masks, our kernel and FA4, and the packed-rows bound) for docs/reordering.md, and the run's entry
+of bench/results/h200-orders-methods.json.
+
+    bench/gpu/collect_orders.py LOG/orders.jsonl --commit C [--out bench/results/h200-orders-methods.json]
+        [--ncu LOG/orders-ncu] [--markdown]
+
+Every speedup is against the paper's S1 + S2 (order "wavealign") of the same method and backend, in one run:
+"kernel" compares kernel times, "with plan" adds each order's own plan cost as the driver timed it on the host
+(GPU plan with the tensors the kernel reads, or the CPU plan of orders that have no GPU plan). The bound row
+("packed rows", impl wavealign) is the same mask with each row's blocks moved to its first columns: the most
+K/V sharing any order could give. The JSON keeps earlier runs and appends this one (replacing a run of the same
+commit). --ncu adds each of our kernel's cases' L2 hit rate, HBM SOL and HBM bytes read from the orders-ncu step
+(one profiled launch per case, matched to its case as bench/gpu/collect_evaluation.py matches them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import collect_evaluation  # noqa: E402  (the one reader of the evaluation's ncu logs)
+
+METHODS = ("xattention", "sparge", "minference", "flexprefill")
+LABELS = {"xattention": "XAttention", "sparge": "SpargeAttn", "minference": "MInference", "flexprefill": "FlexPrefill"}
+BACKENDS = {"wavealign": "our kernel", "flashattention4": "FA4"}
+REFERENCE = "wavealign"
+CEILING = "packed rows"
+
+
+def read(path: pathlib.Path) -> tuple[list[dict], dict]:
+    """(the timing rows, the env line) of one orders.jsonl; a later row of the same case replaces an earlier one."""
+    rows, env = {}, {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.startswith("{"):
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"collect_orders: {path}:{number}: not JSON ({error})")
+        if "env" in row:
+            env = row["env"]
+        elif "ms" in row and row.get("kind") in ("kernel", "ceiling"):
+            key = (row["impl"], row["kind"], row["method"], row["frames"], row["order"])
+            rows[key] = row
+    return list(rows.values()), env
+
+
+NCU_FIELDS = {"l2_hit_pct": collect_evaluation.NCU_L2, "hbm_sol_pct": collect_evaluation.NCU_SOL,
+              "hbm_read_bytes": collect_evaluation.NCU_READ}
+
+
+def read_ncu(folder: pathlib.Path) -> dict[tuple, dict]:
+    """{(impl, method, order): {l2_hit_pct, hbm_sol_pct, hbm_read_bytes}} of an orders-ncu folder."""
+    logs = collect_evaluation.Logs(folder)
+    for note in logs.notes:
+        print(f"collect_orders: {note}", file=sys.stderr)
+    return {key: {field: launch.get(metric) for field, metric in NCU_FIELDS.items()}
+            for key, launch in logs.ncu.items()}
+
+
+def derive(rows: list[dict], ncu: dict[tuple, dict] | None = None) -> list[dict]:
+    """One entry per (backend, method, frames, order or bound): ms, TF/s, plan ms, speedups over S1 + S2, and
+    the profiled launch's L2 and HBM figures where `ncu` has the case (401 frames)."""
+    ncu = ncu or {}
+    reference = {(r["impl"], r["method"], r["frames"]): r for r in rows
+                 if r["kind"] == "kernel" and r["order"] == REFERENCE}
+    derived = []
+    for row in rows:
+        base = reference.get((row["impl"], row["method"], row["frames"]))
+        if base is None:
+            continue
+        order = CEILING if row["kind"] == "ceiling" else row["order"]
+        plan = row.get("plan_ms", 0.0) or 0.0
+        base_total = base["ms"] + (base.get("plan_ms", 0.0) or 0.0)
+        derived.append({
+            "backend": row["impl"], "method": row["method"], "frames": row["frames"], "tokens": row["tokens"],
+            "density": row["density"], "order": order, "planner": row.get("planner"), "ms": row["ms"],
+            "tflops": row["tflops"], "plan_ms": plan, "sm_clock_mhz": row.get("sm_clock_mhz"),
+            "kernel_vs_s1s2": base["ms"] / row["ms"],
+            # The bound has no plan of its own to charge: it is a property of the mask, not an order.
+            "with_plan_vs_s1s2": None if order == CEILING else base_total / (row["ms"] + plan),
+            **(ncu.get((row["impl"], row["method"], order), {}) if row["frames"] == 401 else {})})
+    return derived
+
+
+def order_columns(derived: list[dict]) -> list[str]:
+    seen = []
+    for row in derived:
+        if row["order"] not in seen:
+            seen.append(row["order"])
+    return [o for o in seen if o != CEILING] + ([CEILING] if CEILING in seen else [])
+
+
+def markdown(derived: list[dict]) -> str:
+    columns = order_columns(derived)
+    cell = {(r["backend"], r["method"], r["frames"], r["order"]): r for r in derived}
+    cases = sorted({(r["frames"], r["method"]) for r in derived}, key=lambda c: (-c[0], METHODS.index(c[1])))
+    lines = ["Kernel time, ms (TF/s):", "", "| backend | method (density) | " + " | ".join(columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for backend, label in BACKENDS.items():
+        for frames, method in cases:
+            cells = [cell.get((backend, method, frames, order)) for order in columns]
+            if not any(cells):
+                continue
+            density = next(c for c in cells if c)["density"]
+            values = [f"{c['ms']:.2f} ({c['tflops']:.0f})" if c else "–" for c in cells]
+            lines.append(f"| {label} | {LABELS[method]} ({density:.1%}) | " + " | ".join(values) + " |")
+    lines += ["", "Against S1 + S2 (`wavealign`) of the same backend: kernel time alone / with each order's plan:",
+              "", "| backend | method | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for backend, label in BACKENDS.items():
+        for frames, method in cases:
+            cells = [cell.get((backend, method, frames, order)) for order in columns]
+            if not any(cells):
+                continue
+            values = []
+            for c in cells:
+                if c is None:
+                    values.append("–")
+                elif c["with_plan_vs_s1s2"] is None:
+                    values.append(f"{c['kernel_vs_s1s2']:.3f}×")
+                else:
+                    values.append(f"{c['kernel_vs_s1s2']:.3f}× / {c['with_plan_vs_s1s2']:.3f}×")
+            lines.append(f"| {label} | {LABELS[method]} | " + " | ".join(values) + " |")
+    profiled = [r for r in derived if r.get("l2_hit_pct") is not None]
+    if profiled:
+        lines += ["", "Nsight Compute, one launch each at 363,600 tokens (our kernel): L2 hit / HBM SOL / HBM read:",
+                  "", "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+        for method in METHODS:
+            cells = [cell.get(("wavealign", method, 401, order)) for order in columns]
+            if not any(c and c.get("l2_hit_pct") is not None for c in cells):
+                continue
+            values = [f"{c['l2_hit_pct']:.1f} % / {c['hbm_sol_pct']:.1f} % / {c['hbm_read_bytes'] / 1e9:.1f} GB"
+                      if c and c.get("l2_hit_pct") is not None else "–" for c in cells]
+            lines.append(f"| {LABELS[method]} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log", type=pathlib.Path, help="orders.jsonl of run_evaluation.sh's orders step")
+    parser.add_argument("--commit", required=True, help="the commit the run was made from")
+    parser.add_argument("--command", default="WA_ORDER_FRAMES=401 bench/gpu/run_evaluation.sh build LOG orders")
+    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="the results JSON to append the run to")
+    parser.add_argument("--ncu", type=pathlib.Path, default=None, help="the orders-ncu folder of the same run")
+    parser.add_argument("--markdown", action="store_true", help="print the tables")
+    args = parser.parse_args(argv)
+    rows, env = read(args.log)
+    derived = derive(rows, read_ncu(args.ncu) if args.ncu else None)
+    if not derived:
+        print(f"collect_orders: no order rows with an S1 + S2 reference in {args.log}", file=sys.stderr)
+        return 1
+    if args.markdown:
+        print(markdown(derived))
+    if args.out is not None:
+        record = json.loads(args.out.read_text()) if args.out.exists() else {}
+        runs = [run for run in record.get("runs", []) if run.get("commit") != args.commit]
+        runs.append({"device": env.get("device"), "commit": args.commit, "date": args.date, "command": args.command,
+                     "fa4": env.get("fa4"), "derived": derived, "rows": rows})
+        record["runs"] = runs
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
