@@ -56,17 +56,17 @@ NCU_FIELDS = {"l2_hit_pct": collect_evaluation.NCU_L2, "hbm_sol_pct": collect_ev
 
 
 def read_ncu(folder: pathlib.Path) -> dict[tuple, dict]:
-    """{(impl, method, order): {l2_hit_pct, hbm_sol_pct, hbm_read_bytes}} of an orders-ncu folder."""
+    """{(impl, method, frames, order): {l2_hit_pct, hbm_sol_pct, hbm_read_bytes}} of an orders-ncu folder."""
     logs = collect_evaluation.Logs(folder)
     for note in logs.notes:
         print(f"collect_orders: {note}", file=sys.stderr)
-    return {key: {field: launch.get(metric) for field, metric in NCU_FIELDS.items()}
-            for key, launch in logs.ncu.items()}
+    return {(impl, method, int(launch["frames"]), order): {field: launch.get(metric) for field, metric in NCU_FIELDS.items()}
+            for (impl, method, order), launch in logs.ncu.items()}
 
 
 def derive(rows: list[dict], ncu: dict[tuple, dict] | None = None) -> list[dict]:
     """One entry per (backend, method, frames, order or bound): ms, TF/s, plan ms, speedups over S1 + S2, and
-    the profiled launch's L2 and HBM figures where `ncu` has the case (401 frames)."""
+    the profiled launch's L2 and HBM figures where `ncu` has the case."""
     ncu = ncu or {}
     reference = {(r["impl"], r["method"], r["frames"]): r for r in rows
                  if r["kind"] == "kernel" and r["order"] == REFERENCE}
@@ -85,7 +85,7 @@ def derive(rows: list[dict], ncu: dict[tuple, dict] | None = None) -> list[dict]
             "kernel_vs_s1s2": base["ms"] / row["ms"],
             # The bound has no plan of its own to charge: it is a property of the mask, not an order.
             "with_plan_vs_s1s2": None if order == CEILING else base_total / (row["ms"] + plan),
-            **(ncu.get((row["impl"], row["method"], order), {}) if row["frames"] == 401 else {})})
+            **ncu.get((row["impl"], row["method"], row["frames"], order), {})})
     return derived
 
 
@@ -101,18 +101,19 @@ def markdown(derived: list[dict]) -> str:
     columns = order_columns(derived)
     cell = {(r["backend"], r["method"], r["frames"], r["order"]): r for r in derived}
     cases = sorted({(r["frames"], r["method"]) for r in derived}, key=lambda c: (-c[0], METHODS.index(c[1])))
-    lines = ["Kernel time, ms (TF/s):", "", "| backend | method (density) | " + " | ".join(columns) + " |",
+    lines = ["Kernel time, ms (TF/s):", "", "| backend | method (density, length) | " + " | ".join(columns) + " |",
              "|---|---|" + "---|" * len(columns)]
     for backend, label in BACKENDS.items():
         for frames, method in cases:
             cells = [cell.get((backend, method, frames, order)) for order in columns]
             if not any(cells):
                 continue
-            density = next(c for c in cells if c)["density"]
+            first = next(c for c in cells if c)
             values = [f"{c['ms']:.2f} ({c['tflops']:.0f})" if c else "–" for c in cells]
-            lines.append(f"| {label} | {LABELS[method]} ({density:.1%}) | " + " | ".join(values) + " |")
+            lines.append(f"| {label} | {LABELS[method]} ({first['density']:.1%}, {first['tokens']:,} tokens) | "
+                         + " | ".join(values) + " |")
     lines += ["", "Against S1 + S2 (`wavealign`) of the same backend: kernel time alone / with each order's plan:",
-              "", "| backend | method | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+              "", "| backend | method (tokens) | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for backend, label in BACKENDS.items():
         for frames, method in cases:
             cells = [cell.get((backend, method, frames, order)) for order in columns]
@@ -126,18 +127,20 @@ def markdown(derived: list[dict]) -> str:
                     values.append(f"{c['kernel_vs_s1s2']:.3f}×")
                 else:
                     values.append(f"{c['kernel_vs_s1s2']:.3f}× / {c['with_plan_vs_s1s2']:.3f}×")
-            lines.append(f"| {label} | {LABELS[method]} | " + " | ".join(values) + " |")
+            tokens = next(c for c in cells if c)["tokens"]
+            lines.append(f"| {label} | {LABELS[method]} ({tokens:,}) | " + " | ".join(values) + " |")
     profiled = [r for r in derived if r.get("l2_hit_pct") is not None]
     if profiled:
-        lines += ["", "Nsight Compute, one launch each at 363,600 tokens (our kernel): L2 hit / HBM SOL / HBM read:",
-                  "", "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-        for method in METHODS:
-            cells = [cell.get(("wavealign", method, 401, order)) for order in columns]
+        lines += ["", "Nsight Compute, one launch each (our kernel): L2 hit / HBM SOL / HBM read:",
+                  "", "| method (tokens) | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+        for frames, method in cases:
+            cells = [cell.get(("wavealign", method, frames, order)) for order in columns]
             if not any(c and c.get("l2_hit_pct") is not None for c in cells):
                 continue
+            tokens = next(c for c in cells if c)["tokens"]
             values = [f"{c['l2_hit_pct']:.1f} % / {c['hbm_sol_pct']:.1f} % / {c['hbm_read_bytes'] / 1e9:.1f} GB"
                       if c and c.get("l2_hit_pct") is not None else "–" for c in cells]
-            lines.append(f"| {LABELS[method]} | " + " | ".join(values) + " |")
+            lines.append(f"| {LABELS[method]} ({tokens:,}) | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
