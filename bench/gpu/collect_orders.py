@@ -112,6 +112,15 @@ def markdown(derived: list[dict]) -> str:
             values = [f"{c['ms']:.2f} ({c['tflops']:.0f})" if c else "–" for c in cells]
             lines.append(f"| {label} | {LABELS[method]} ({first['density']:.1%}, {first['tokens']:,} tokens) | "
                          + " | ".join(values) + " |")
+    lines += ["", "Plan cost of each order on our kernel, ms, host-timed (the original order's builds the CSR the kernel "
+              "reads; the bound's is Stage 2 on the packed mask), and where it ran:", "",
+              "| method (tokens) | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for frames, method in cases:
+        cells = [cell.get(("wavealign", method, frames, order)) for order in columns]
+        if any(cells):
+            tokens = next(c for c in cells if c)["tokens"]
+            values = [f"{c['plan_ms']:.2f} ({c['planner']})" if c else "–" for c in cells]
+            lines.append(f"| {LABELS[method]} ({tokens:,}) | " + " | ".join(values) + " |")
     lines += ["", "Against S1 + S2 (`wavealign`) of the same backend: kernel time alone / with each order's plan:",
               "", "| backend | method (tokens) | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for backend, label in BACKENDS.items():
@@ -144,6 +153,40 @@ def markdown(derived: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(derived: list[dict], path: pathlib.Path) -> None:
+    """Bars of kernel-only speedup over S1 + S2 per order, one panel per backend, methods side by side, at the
+    longest length of the run (the packed-rows bound as a hatched bar)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = max(r["frames"] for r in derived)
+    columns = order_columns(derived)
+    backends = [b for b in BACKENDS if any(r["backend"] == b for r in derived)]
+    figure, axes = plt.subplots(1, len(backends), figsize=(6.5 * len(backends), 3.6), squeeze=False)
+    width = 0.8 / len(METHODS)
+    for axis, backend in zip(axes[0], backends):
+        cell = {(r["method"], r["order"]): r for r in derived if r["backend"] == backend and r["frames"] == frames}
+        for m, method in enumerate(METHODS):
+            xs = [i + (m - 1.5) * width for i in range(len(columns))]
+            ys = [cell[(method, o)]["kernel_vs_s1s2"] if (method, o) in cell else 0.0 for o in columns]
+            bars = axis.bar(xs, ys, width, label=LABELS[method])
+            for bar, order in zip(bars, columns):
+                if order == CEILING:
+                    bar.set_hatch("//")
+        axis.axhline(1.0, color="black", linewidth=0.8)
+        axis.axhline(1.05, color="grey", linewidth=0.8, linestyle="--")
+        axis.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+        axis.set_ylim(0.8, 1.1)
+        axis.set_ylabel("kernel speedup over S1 + S2")
+        axis.set_title(f"{BACKENDS[backend]} ({frames} frames)")
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=pathlib.Path, help="orders.jsonl of run_evaluation.sh's orders step")
@@ -153,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=None, help="the results JSON to append the run to")
     parser.add_argument("--ncu", type=pathlib.Path, default=None, help="the orders-ncu folder of the same run")
     parser.add_argument("--markdown", action="store_true", help="print the tables")
+    parser.add_argument("--plot", type=pathlib.Path, default=None, help="write the speedup bars to this PNG")
     args = parser.parse_args(argv)
     rows, env = read(args.log)
     derived = derive(rows, read_ncu(args.ncu) if args.ncu else None)
@@ -161,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.markdown:
         print(markdown(derived))
+    if args.plot is not None:
+        plot(derived, args.plot)
     if args.out is not None:
         record = json.loads(args.out.read_text()) if args.out.exists() else {}
         runs = [run for run in record.get("runs", []) if run.get("commit") != args.commit]

@@ -67,3 +67,11 @@ def test_no_reference_row_is_an_error(tmp_path, capsys):
     log = write(tmp_path, [row("wavealign", "original", 12.0, 0.0)])
     assert collect_orders.main([str(log), "--commit", "c"]) == 1
     assert "no order rows with an S1 + S2 reference" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png(tmp_path):
+    log = write(tmp_path, [row("wavealign", "original", 12.0, 0.0), row("wavealign", "wavealign", 10.0, 1.0),
+                           row("wavealign", "s2", 8.0, 0.0, kind="ceiling")])
+    png = tmp_path / "orders.png"
+    assert collect_orders.main([str(log), "--commit", "c", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
