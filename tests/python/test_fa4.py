@@ -119,6 +119,30 @@ def test_fa4_layout_helpers_are_the_plan_methods():
         fa4.unpermute_rows(plan, np.zeros((3, 80, 2, 8)))
 
 
+@pytest.mark.parametrize("mask_heads", [1, 2, 6])  # broadcast over batch and heads, per head, per (batch, head)
+@pytest.mark.parametrize("length", [80, 70])  # whole blocks, a partial last block
+def test_fa4_layout_gather_equals_the_plan_methods_on_every_head_layout(mask_heads, length):
+    mask = random_mask(np.random.default_rng(mask_heads), mask_heads, 5, 5)
+    plan = wavealign.plan(mask, wave_size=2, skip="never", block_size=16)
+    x = torch.randn(3, length, 2, 8)  # [B, L, H, d], contiguous: the gather in FA4's layout
+    permuted = fa4.permute_rows(plan, x)
+    assert permuted.is_contiguous() and permuted.shape == (3, 80, 2, 8)
+    assert torch.equal(permuted, plan.permute_rows(x.transpose(1, 2)).transpose(1, 2))
+    o = torch.randn(3, 80, 2, 8)
+    assert torch.equal(fa4.unpermute_rows(plan, o, seq_len=length),
+                       plan.unpermute_rows(o.transpose(1, 2), seq_len=length).transpose(1, 2))
+    # A non-contiguous input takes the [B, H, L, d] path and gives the same tokens.
+    strided = x.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not strided.is_contiguous() and torch.equal(fa4.permute_rows(plan, strided), permuted)
+    with named("o"):
+        fa4.unpermute_rows(plan, torch.zeros(3, 64, 2, 8))
+    if mask_heads > 1:  # a one-head mask is broadcast over any heads
+        with named("x"):
+            fa4.permute_rows(plan, torch.zeros(3, 70, 4, 8))  # 4 heads for a 2-head (or 6 = 3 x 2) mask
+    with named("x"):
+        fa4.permute_rows(plan, x.clone().requires_grad_())
+
+
 def test_bad_arguments_are_refused():
     mask = random_mask(np.random.default_rng(6), 2, 4, 4)
     plan = wavealign.plan(mask, wave_size=2, skip="never")

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The FA4 plug-in path's row permutation: wavealign.fa4.permute_rows / unpermute_rows on contiguous [B, L, H, d]
+tensors (the gather in FA4's layout) against the same tokens through Plan.permute_rows / unpermute_rows on the
+[B, H, L, d] views, on the GPU. Wan2.1-14B at 401 frames (363,600 tokens, 2,841 query blocks of 128), bf16,
+d = 128, a random mask of density 0.3 planned in WaveAlign order. FA4 itself is not needed.
+
+    PYTHONPATH=build/python python3 bench/gpu/bench_fa4_permute.py [--heads 4,40] [--iters 20]
+
+Prints one JSON line per (heads, path): median ms of permute (Q) + unpermute (O) over --iters after 3 untimed
+calls, the bytes both move once (read + write of Q and O) and the achieved GB/s, and whether the two paths give
+the same tensors bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+import wavealign
+from wavealign import fa4
+
+TOKENS, BLOCK, HEAD_DIM = 363_600, 128, 128
+
+
+def timed(fn, iters: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heads", default="4,40")
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(json.dumps({"skipped": "bench_fa4_permute", "reason": "no CUDA device"}))
+        return 0
+    blocks = (TOKENS + BLOCK - 1) // BLOCK
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for heads in (int(h) for h in args.heads.split(",")):
+        mask = torch.rand(heads, blocks, blocks, device="cuda", generator=generator) < 0.3
+        plan = wavealign.plan(mask, order="wavealign", skip="never")
+        del mask
+        q = torch.randn(1, TOKENS, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=generator)
+        o = torch.randn(1, blocks * BLOCK, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=generator)
+        paths = {
+            "fa4 layout gather": lambda: (fa4.permute_rows(plan, q), fa4.unpermute_rows(plan, o, seq_len=TOKENS)),
+            "plan on [B, H, L, d] views": lambda: (
+                plan.permute_rows(q.transpose(1, 2)).transpose(1, 2),
+                plan.unpermute_rows(o.transpose(1, 2), seq_len=TOKENS).transpose(1, 2)),
+        }
+        outputs = {name: fn() for name, fn in paths.items()}
+        same = all(torch.equal(a, b) for a, b in zip(*outputs.values()))
+        moved = 2 * (q.numel() + o.numel()) * q.element_size()  # each read once and written once
+        for name, fn in paths.items():
+            ms = timed(fn, args.iters)
+            print(json.dumps({"bench": "fa4_permute", "device": torch.cuda.get_device_name(), "heads": heads,
+                              "tokens": TOKENS, "path": name, "ms": round(ms, 4), "bytes_moved": moved,
+                              "gb_per_s": round(moved / ms / 1e6, 1), "bitwise_equal_paths": same}))
+        del q, o, outputs
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
