@@ -196,10 +196,9 @@ def _gather_tokens(torch: Any, plan: Plan, x: Any, block_source: Any, length: in
     """Contiguous x [B, L_in, H, d] -> [B, length, H, d]: token t of (b, h) is token
     block_source[h, t // block] * block + t % block of x (clamped into x; permute_rows zeroes what it pads)."""
     batch, length_in, heads, d = (int(n) for n in x.shape)
-    block = plan.block_size[0]
-    positions = torch.arange(length, device=x.device)
-    source_blocks = _per_batch_head(plan, block_source, batch, heads, argument).to(torch.int64)
-    tokens = (source_blocks[:, :, positions // block] * block + positions % block).clamp_(max=length_in - 1)
+    source_blocks = _per_batch_head(plan, block_source, batch, heads, argument).reshape(batch * heads, -1)
+    tokens = ops.token_index(torch, source_blocks, plan.block_size[0], length).view(batch, heads, length)
+    tokens = tokens.clamp_(max=length_in - 1)
     rows = (torch.arange(batch, device=x.device)[:, None, None] * length_in + tokens) * heads + \
         torch.arange(heads, device=x.device)[None, :, None]  # [B, H, length]: rows of x viewed as [B*L_in*H, d]
     return x.view(-1, d).index_select(0, rows.transpose(1, 2).reshape(-1)).view(batch, length, heads, d)

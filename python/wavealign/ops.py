@@ -300,7 +300,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
 
 # ---- permute_rows / unpermute_rows ---------------------------------------------------------------------------
 
-def _token_index(torch: Any, block_index: Any, block: int, length: int) -> Any:
+def token_index(torch: Any, block_index: Any, block: int, length: int) -> Any:
     """[heads, q_blocks] block order -> [heads, length] int64 token order."""
     heads, q_blocks = block_index.shape
     offsets = torch.arange(block, dtype=torch.int64, device=block_index.device)
@@ -335,7 +335,7 @@ def permute_rows(x: Any, permutation: Any, block: Any) -> Any:
     if length != padded:
         x = functional.pad(x, (0, 0, 0, padded - length))
     view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
-    index = _token_index(torch, permutation, block, padded).reshape(*view, padded, 1)
+    index = token_index(torch, permutation, block, padded).reshape(*view, padded, 1)
     return torch.take_along_dim(x, index, dim=-2)
 
 
@@ -350,7 +350,7 @@ def unpermute_rows(x: Any, inverse: Any, block: Any, seq_len: Any) -> Any:
     length = check_seq_len(seq_len, q_blocks, block)
     _raise_failed(torch, _permutation_checks(torch, inverse, "inverse"))
     view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
-    index = _token_index(torch, inverse, block, length).reshape(*view, length, 1)
+    index = token_index(torch, inverse, block, length).reshape(*view, length, 1)
     return torch.take_along_dim(x, index, dim=-2)
 
 
