@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts the SASS instructions of a kernel's steady-state loops, per KV block, by instruction class.
 
-    scripts/sass_census.py FILE [--kernel SUBSTRING] [--tma-per-block 4] [--nvdisasm PATH] [--json]
+    scripts/sass_census.py FILE [--kernel SUBSTRING] [--tma-per-block 4] [--nvdisasm PATH] [--stalls] [--json]
 
 FILE is a cubin, an object file with an embedded sm_90a cubin (the build's .cu.o; extracted with
 cuobjdump -xelf), or a listing that `nvdisasm -gi -c` wrote. The tool builds the control-flow graph of
@@ -17,6 +17,12 @@ grouped: "spin" (an mbarrier try-wait retry, run only while the data is not ther
 fallback after BRA.DIV, run only if the warp is not converged) and "conditional" (everything else, named by
 the project source line they come from, e.g. the O rescale or the partial-block mask). Which conditional
 groups run per block is data-dependent; the tool reports their sizes and leaves that to the reader.
+
+--stalls also reads each instruction's control word (`nvdisasm -hex`; a listing must have been written with
+it) and sums the stall counts the compiler scheduled on the consumer's main path, per class and per project
+source line: the cycles a warp waits after each instruction before it may issue the next, i.e. the
+fixed-latency dependencies and pipe pacing of its static schedule (not the scoreboard waits on memory, MUFU or
+wgmma results, which are dynamic).
 """
 
 import argparse
@@ -31,6 +37,7 @@ import tempfile
 
 INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z0-9_.]+)\s*(.*?)\s*;")
 LABEL = re.compile(r"^(\.L_x_\d+):")
+CONTROL_WORD = re.compile(r"^\s*/\* (0x[0-9a-f]{16}) \*/\s*$")  # the upper half of an -hex encoding
 LINE_INFO = re.compile(r'//## File "([^"]+)", line (\d+)')
 FUNCTION = re.compile(r"^\.text\.(\S+):")
 TARGET = re.compile(r"`\((\.L_x_\d+)\)")
@@ -69,8 +76,15 @@ def classify(opcode):
     return "integer/move"
 
 
+def stall_cycles(control_word):
+    """The stall count of a Volta-and-later control word: bits 105-108 of the 128-bit encoding (41-44 of its
+    upper half), the cycles before the warp's next instruction may issue."""
+    return (control_word >> 41) & 0xF
+
+
 def parse_listing(text):
-    """Functions of an `nvdisasm -gi -c` listing: name -> {instrs: [...], labels: {label: index}}."""
+    """Functions of an `nvdisasm -gi -c [-hex]` listing: name -> {instrs: [...], labels: {label: index}}; with
+    -hex each instruction also has its "control" word (the encoding's upper half)."""
     functions = collections.OrderedDict()
     current, pending, chain = None, [], []
     for line in text.splitlines():
@@ -88,6 +102,10 @@ def parse_listing(text):
         match = LINE_INFO.search(line)
         if match:
             pending.append((match.group(1), int(match.group(2))))
+            continue
+        match = CONTROL_WORD.match(line)
+        if match and current["instrs"]:
+            current["instrs"][-1]["control"] = int(match.group(1), 16)
             continue
         match = INSTRUCTION.match(line)
         if match:
@@ -211,6 +229,14 @@ def census(graph, loop, project):
     result = {"main": collections.Counter(), "groups": collections.OrderedDict()}
     for b in main:
         result["main"].update(classify(i["op"]) for i in graph.ops(b))
+    controls = [i.get("control") for b in main for i in graph.ops(b)]
+    if controls and all(c is not None for c in controls):
+        result["main_stall_cycles"] = collections.Counter()
+        result["main_stall_cycles_by_line"] = collections.Counter()
+        for b in main:
+            for i in graph.ops(b):
+                result["main_stall_cycles"][classify(i["op"])] += stall_cycles(i["control"])
+                result["main_stall_cycles_by_line"][source_site(i["chain"], project)] += stall_cycles(i["control"])
     for b in sorted(set(body) - set(main), key=lambda b: graph.blocks[b][0]):
         if is_spin(graph, b):
             key = "spin"
@@ -236,18 +262,19 @@ def pick_loops(graph, tma_per_block):
     return consumer, producer, per_iteration
 
 
-def disassemble(path, nvdisasm):
-    """The `nvdisasm -gi -c` listing of a cubin, an object file or an existing listing."""
+def disassemble(path, nvdisasm, hex_words=False):
+    """The `nvdisasm -gi -c` (with hex_words: -hex) listing of a cubin, an object file or an existing listing."""
     with open(path, "rb") as f:
         head = f.read(4)
     if head != b"\x7fELF":
         with open(path) as f:
             return f.read()
+    flags = ["-gi", "-c"] + (["-hex"] if hex_words else [])
     tool = nvdisasm or shutil.which("nvdisasm")
     if not tool:
         raise SystemExit("sass_census: nvdisasm not found (--nvdisasm PATH or put the CUDA toolkit's bin on PATH)")
     try:
-        return subprocess.run([tool, "-gi", "-c", path], check=True, capture_output=True, text=True).stdout
+        return subprocess.run([tool, *flags, path], check=True, capture_output=True, text=True).stdout
     except subprocess.CalledProcessError:
         pass  # not a cubin: a host object with an embedded fatbinary
     cuobjdump = os.path.join(os.path.dirname(tool), "cuobjdump")
@@ -260,7 +287,7 @@ def disassemble(path, nvdisasm):
         cubins = sorted(f for f in os.listdir(work) if "sm_90" in f and f.endswith(".cubin"))
         if not cubins:
             raise SystemExit("sass_census: no sm_90 cubin in " + path)
-        return "".join(subprocess.run([tool, "-gi", "-c", os.path.join(work, c)], check=True, capture_output=True,
+        return "".join(subprocess.run([tool, *flags, os.path.join(work, c)], check=True, capture_output=True,
                                       text=True).stdout for c in cubins)
 
 
@@ -304,6 +331,13 @@ def print_report(result):
             for key, group in counted["groups"].items():
                 classes = ", ".join(f"{c} {n:g}" for c, n in sorted(group.items(), key=lambda kv: -kv[1]))
                 print(f"  + {key}: {sum(group.values()):g} ({classes})")
+            stalls = counted.get("main_stall_cycles")
+            if stalls is not None:
+                print(f"  static stall cycles on the main path: {sum(stalls.values()):g}")
+                for cls, n in sorted(stalls.items(), key=lambda kv: -kv[1]):
+                    print(f"    {cls:22s} {n:g} over {counted['main'][cls]:g} instructions")
+                for site, n in counted["main_stall_cycles_by_line"].most_common(8):
+                    print(f"    at {site}: {n:g}")
 
 
 def main(argv=None):
@@ -314,11 +348,18 @@ def main(argv=None):
                         help="UTMALDG instructions per KV block (K and V, one per 64-column box: 4 at d = 128)")
     parser.add_argument("--project", default="src/cuda/", help="path fragment of the project's sources")
     parser.add_argument("--nvdisasm", help="nvdisasm to use (default: the one on PATH)")
+    parser.add_argument("--stalls", action="store_true",
+                        help="also sum the compiler's stall counts on the consumer's main path (needs -hex words)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     args = parser.parse_args(argv)
     if args.tma_per_block < 1:
         parser.error("--tma-per-block must be >= 1, got %d" % args.tma_per_block)
-    result = report(disassemble(args.file, args.nvdisasm), args.kernel, args.tma_per_block, args.project)
+    result = report(disassemble(args.file, args.nvdisasm, hex_words=args.stalls), args.kernel, args.tma_per_block,
+                    args.project)
+    if args.stalls and not any("main_stall_cycles" in entry.get("consumer_per_warp_per_block", {})
+                               for entry in result.values()):
+        raise SystemExit("sass_census: --stalls needs the instructions' control words (a listing written by "
+                         "nvdisasm -hex, or a cubin / object file)")
     if not result:
         raise SystemExit("sass_census: no function matching --kernel " + repr(args.kernel) + " in " + args.file)
     if args.json:

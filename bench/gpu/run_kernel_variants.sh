@@ -36,6 +36,7 @@ variants=(
   "uniform+exact|-DWA_SM90_UNIFORM_OPERANDS=ON"
   "uniform+exact+chains4|-DWA_SM90_UNIFORM_OPERANDS=ON -DWA_SM90_ROW_MAX_CHAINS=4"
   "uniform+exact+pingpong|-DWA_SM90_UNIFORM_OPERANDS=ON -DWA_SM90_PINGPONG=ON"
+  "pingpong|-DWA_SM90_PINGPONG=ON"
   "converged|-DWA_SM90_CONVERGED_SYNC=ON"
   "converged+pingpong|-DWA_SM90_CONVERGED_SYNC=ON -DWA_SM90_PINGPONG=ON"
 )

@@ -97,3 +97,36 @@ def test_listing_file_and_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sass_census.main([str(listing), "--tma-per-block", "0"])
     assert "--tma-per-block must be >= 1, got 0" in capsys.readouterr().err
+
+
+def hex_words(listing, stalls):
+    """`listing` as nvdisasm -hex writes it: after each instruction its encoding's upper half, here holding
+    the given stall counts (bits 41-44) in order."""
+    out, counts = [], iter(stalls)
+    for line in listing.splitlines():
+        out.append(line)
+        if sass_census.INSTRUCTION.match(line):
+            out.append(f"                                   /* 0x{next(counts) << 41:016x} */")
+    return "\n".join(out) + "\n"
+
+
+def test_stalls_sum_the_main_path_per_class_and_line(tmp_path, capsys):
+    # Main path: MOV is before the loop; HGMMA 3, FFMA 5, BRA.DIV 1, SHFL 9, SYNCS 2, @!P0 BRA 1, VOTE 4,
+    # @P1 BRA 1, ISETP 6, @P2 BRA 2 -> 34 (the FMUL's 7 at line 20 and the out-of-line blocks are not on it).
+    stalls = [1, 3, 5, 1, 9, 2, 1, 4, 1, 7, 6, 2, 1, 1, 1, 1, 1, 1]
+    listing = tmp_path / "consumer.sass"
+    listing.write_text(hex_words(CONSUMER, stalls))
+    consumer = sass_census.report(listing.read_text(), "fwd_kernel_sm90", 4, "src/cuda/")[
+        "fwd_kernel_sm90_test"]["consumer_per_warp_per_block"]
+    assert sum(consumer["main_stall_cycles"].values()) == 34
+    assert consumer["main_stall_cycles"]["HGMMA"] == 3 and consumer["main_stall_cycles"]["FFMA"] == 5
+    assert consumer["main_stall_cycles_by_line"]["attention/sm90/mainloop.cuh:10"] == 34
+    assert sass_census.main([str(listing), "--stalls"]) is None
+    assert "static stall cycles on the main path: 34" in capsys.readouterr().out
+
+
+def test_stalls_need_control_words(tmp_path):
+    listing = tmp_path / "consumer.sass"
+    listing.write_text(CONSUMER)
+    with pytest.raises(SystemExit, match="control words"):
+        sass_census.main([str(listing), "--stalls"])
