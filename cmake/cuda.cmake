@@ -107,10 +107,16 @@ if(wa_build_sm90)
   if(NOT WA_SM90_ROW_MAX_CHAINS MATCHES "^(1|2|4|8)$")
     message(FATAL_ERROR "WA_SM90_ROW_MAX_CHAINS must be 1, 2, 4 or 8, got '${WA_SM90_ROW_MAX_CHAINS}'")
   endif()
+  set(WA_SM90_FMA_EXP2_EVERY 0 CACHE STRING
+    "Hopper kernel: every k-th softmax exp2 on the FMA pipe (exp2_fma) instead of MUFU (0 = none, or 2, 4, 8)")
+  if(NOT WA_SM90_FMA_EXP2_EVERY MATCHES "^(0|2|4|8)$")
+    message(FATAL_ERROR "WA_SM90_FMA_EXP2_EVERY must be 0, 2, 4 or 8, got '${WA_SM90_FMA_EXP2_EVERY}'")
+  endif()
   option(WA_SM90_CONVERGED_SYNC
     "Hopper kernel: consumer barrier waits and releases without reconvergence branches (FA4's form)" OFF)
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
-    WA_SM90_CONVERGED_SYNC=$<BOOL:${WA_SM90_CONVERGED_SYNC}> WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
+    WA_SM90_CONVERGED_SYNC=$<BOOL:${WA_SM90_CONVERGED_SYNC}> WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY}
+    WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
     WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>
     WA_SM90_EXACT_RESCALE=$<BOOL:${WA_SM90_EXACT_RESCALE}> WA_SM90_ROW_MAX_CHAINS=${WA_SM90_ROW_MAX_CHAINS})
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)

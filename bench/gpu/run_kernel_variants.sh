@@ -37,6 +37,9 @@ variants=(
   "uniform+exact+chains4|-DWA_SM90_UNIFORM_OPERANDS=ON -DWA_SM90_ROW_MAX_CHAINS=4"
   "uniform+exact+pingpong|-DWA_SM90_UNIFORM_OPERANDS=ON -DWA_SM90_PINGPONG=ON"
   "pingpong|-DWA_SM90_PINGPONG=ON"
+  "fmaexp2-4|-DWA_SM90_FMA_EXP2_EVERY=4"
+  "fmaexp2-8|-DWA_SM90_FMA_EXP2_EVERY=8"
+  "fmaexp2-4+pingpong|-DWA_SM90_FMA_EXP2_EVERY=4 -DWA_SM90_PINGPONG=ON"
   "converged|-DWA_SM90_CONVERGED_SYNC=ON"
   "converged+pingpong|-DWA_SM90_CONVERGED_SYNC=ON -DWA_SM90_PINGPONG=ON"
 )

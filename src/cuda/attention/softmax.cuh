@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/attention/exp2_fma.h"
+
 namespace wavealign::cuda::detail {
 
 /// 2^x with one MUFU.EX2 (max relative error 2^-22, denormals flushed): exact enough for the softmax and
@@ -73,11 +75,16 @@ struct OnlineSoftmax {
   ///
   /// kMaxChains: the row max runs as that many independent fmaxf chains over the thread's column slots,
   /// combined at the end (a shorter dependency chain; max is exact, so the result is the same bits).
-  template <int kCols, bool kExactFactor = false, int kMaxChains = 1, class Frag>
+  ///
+  /// kFmaExp2Every: every kFmaExp2Every-th column slot (0: none) takes its probability from exp2_fma (FMA
+  /// pipe) instead of MUFU.EX2, so the XU pipe that paces the loop carries 1 - 1/kFmaExp2Every of the exp2s.
+  /// A slot's function is fixed by its index, so a row's bits stay the same under every schedule.
+  template <int kCols, bool kExactFactor = false, int kMaxChains = 1, int kFmaExp2Every = 0, class Frag>
   __device__ __forceinline__ void update(Frag& frag, float scale_log2, float (&factor)[2]) {
     constexpr int kSlots = kCols / 4;  // column slots per row held by one thread
     static_assert(kMaxChains >= 1 && (kMaxChains & (kMaxChains - 1)) == 0 && kSlots % kMaxChains == 0,
                   "a power-of-two number of chains that split the column slots evenly");
+    static_assert(kFmaExp2Every == 0 || kFmaExp2Every >= 2, "every k-th slot on the FMA pipe, k >= 2 (or 0)");
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = row_max[h];
@@ -113,7 +120,12 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int j = 0; j < kSlots; ++j) {
         float& s = frag(frag_index(h, j));
-        s = fast_exp2(s * scale_log2 - max_scaled);
+        const float argument = s * scale_log2 - max_scaled;
+        if constexpr (kFmaExp2Every > 0) {
+          s = j % kFmaExp2Every == kFmaExp2Every - 1 ? exp2_fma(argument) : fast_exp2(argument);
+        } else {
+          s = fast_exp2(argument);
+        }
         sum += s;
       }
       row_sum[h] = row_sum[h] * factor[h] + sum;

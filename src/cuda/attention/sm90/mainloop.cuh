@@ -9,7 +9,8 @@
 // walk order, never on timing, so O and LSE are the same bits under every schedule.
 //
 // Build options of the consumer's instruction stream (off by default; docs/kernel.md, "Instruction count per
-// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_CONVERGED_SYNC
+// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
+// WA_SM90_CONVERGED_SYNC
 // (pipeline.cuh).
 #pragma once
 
@@ -169,6 +170,10 @@ constexpr bool kExactRescale = WA_SM90_EXACT_RESCALE != 0;
 #define WA_SM90_ROW_MAX_CHAINS 1
 #endif
 constexpr int kRowMaxChains = WA_SM90_ROW_MAX_CHAINS;
+#ifndef WA_SM90_FMA_EXP2_EVERY
+#define WA_SM90_FMA_EXP2_EVERY 0
+#endif
+constexpr int kFmaExp2Every = WA_SM90_FMA_EXP2_EVERY;
 
 template <class Traits>
 struct Mainloop {
@@ -350,7 +355,7 @@ struct Mainloop {
       release_wgmma_stage(&storage.k_empty[stage], lane);
       if (n == 1) release_wgmma_stage(&storage.q_empty[q_stage], lane);
       if (partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN, kExactRescale, kRowMaxChains>(frag, p.scale_log2, factor);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every>(frag, p.scale_log2, factor);
       convert_p();
     }
     for (int position = 1; position < n; ++position) {
@@ -369,7 +374,7 @@ struct Mainloop {
       release_wgmma_stage(&storage.k_empty[stage], lane);
       if (position == n - 1) release_wgmma_stage(&storage.q_empty[q_stage], lane);
       if (position == partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN, kExactRescale, kRowMaxChains>(frag, p.scale_log2, factor);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every>(frag, p.scale_log2, factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
