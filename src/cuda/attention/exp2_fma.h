@@ -19,24 +19,14 @@
 
 namespace wavealign::cuda::detail {
 
-WA_HOST_DEVICE inline int32_t float_bits(float x) {
-#ifdef __CUDA_ARCH__
-  return __float_as_int(x);
-#else
-  int32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return bits;
-#endif
-}
-
-WA_HOST_DEVICE inline float bits_float(int32_t bits) {
-#ifdef __CUDA_ARCH__
-  return __int_as_float(bits);
-#else
-  float x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-#endif
+/// The bits of a value as another type of the same size (memcpy: no aliasing rule broken; a register move on
+/// either side).
+template <class To, class From>
+WA_HOST_DEVICE inline To bits_as(From value) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To result;
+  memcpy(&result, &value, sizeof result);
+  return result;
 }
 
 WA_HOST_DEVICE inline float exp2_fma(float x) {
@@ -51,8 +41,8 @@ WA_HOST_DEVICE inline float exp2_fma(float x) {
   p = fmaf(p, f, 0x1.ebf9bcp-3f);
   p = fmaf(p, f, 0x1.62e42ap-1f);
   p = fmaf(p, f, 1.0f);
-  const int32_t n = float_bits(shifted) - float_bits(kShift);  // rint(clamped), -127 .. 0
-  const float value = bits_float(float_bits(p) + n * (int32_t(1) << 23));
+  const int32_t n = bits_as<int32_t>(shifted) - bits_as<int32_t>(kShift);  // rint(clamped), -127 .. 0
+  const float value = bits_as<float>(bits_as<int32_t>(p) + n * (int32_t(1) << 23));
   return clamped < kFlush ? 0.0f : value;
 }
 
