@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""The FA4 plug-in path's row permutation: wavealign.fa4.permute_rows / unpermute_rows on contiguous [B, L, H, d]
-tensors (the gather in FA4's layout) against the same tokens through Plan.permute_rows / unpermute_rows on the
-[B, H, L, d] views, on the GPU. Wan2.1-14B at 401 frames (363,600 tokens, 2,841 query blocks of 128), bf16,
+"""The plug-in path's row permutation on the GPU: wavealign.fa4.permute_rows / unpermute_rows on contiguous
+[B, L, H, d] tensors (FA4's layout) and Plan.permute_rows / unpermute_rows on contiguous [B, H, L, d] ones: the
+same row gather, each laid out like its input. Wan2.1-14B at 401 frames (363,600 tokens, 2,841 query blocks of 128), bf16,
 d = 128, a random mask of density 0.3 planned in WaveAlign order. FA4 itself is not needed.
 
     PYTHONPATH=build/python python3 bench/gpu/bench_fa4_permute.py [--heads 4,40] [--iters 20]
 
 Prints one JSON line per (heads, path): median ms of permute (Q) + unpermute (O) over --iters after 3 untimed
-calls, the bytes both move once (read + write of Q and O) and the achieved GB/s, and whether the two paths give
-the same tensors bit for bit.
+calls, the bytes both move once (read + write of Q and O) and the achieved GB/s, and whether the two layouts give
+the same values bit for bit.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ def main() -> int:
         del mask
         q = torch.randn(1, TOKENS, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=generator)
         o = torch.randn(1, blocks * BLOCK, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=generator)
+        q_bhld, o_bhld = q.transpose(1, 2).contiguous(), o.transpose(1, 2).contiguous()
         paths = {
-            "fa4 layout gather": lambda: (fa4.permute_rows(plan, q), fa4.unpermute_rows(plan, o, seq_len=TOKENS)),
-            "plan on [B, H, L, d] views": lambda: (
-                plan.permute_rows(q.transpose(1, 2)).transpose(1, 2),
-                plan.unpermute_rows(o.transpose(1, 2), seq_len=TOKENS).transpose(1, 2)),
+            "fa4 layout [B, L, H, d]": lambda: (fa4.permute_rows(plan, q), fa4.unpermute_rows(plan, o, seq_len=TOKENS)),
+            "plan, contiguous [B, H, L, d]": lambda: (
+                plan.permute_rows(q_bhld).transpose(1, 2), plan.unpermute_rows(o_bhld, seq_len=TOKENS).transpose(1, 2)),
         }
         outputs = {name: fn() for name, fn in paths.items()}
         same = all(torch.equal(a, b) for a, b in zip(*outputs.values()))
@@ -69,7 +69,7 @@ def main() -> int:
             print(json.dumps({"bench": "fa4_permute", "device": torch.cuda.get_device_name(), "heads": heads,
                               "tokens": TOKENS, "path": name, "ms": round(ms, 4), "bytes_moved": moved,
                               "gb_per_s": round(moved / ms / 1e6, 1), "bitwise_equal_paths": same}))
-        del q, o, outputs
+        del q, o, q_bhld, o_bhld, outputs
         torch.cuda.empty_cache()
     return 0
 

@@ -325,8 +325,9 @@ class Plan:
         """Gathers the query blocks of x [..., L, d] into plan order: [..., MB*q_block, d].
 
         The leading dimensions end in the mask's heads ([..., H, L, d]; a B*H-head mask also takes [B, H, L, d]).
-        A partial last block (L not a multiple of q_block) is padded with zero tokens first, so the result
-        always has MB*q_block tokens; unpermute_rows(o, seq_len=L) drops them again.
+        A partial last block (L not a multiple of q_block) is padded with zero tokens, so the result always has
+        MB*q_block tokens; unpermute_rows(o, seq_len=L) drops them again. A torch result is laid out in memory
+        like x (docs/python.md, "Layout").
         """
         block = self.block_size[0]
         if is_torch_tensor(x):

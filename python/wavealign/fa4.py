@@ -20,7 +20,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import _rows, flex, ops
+from . import flex
 from ._plan import Plan
 from ._util import blocks_for, check_int, check_scale, heads_view_shape, invalid, require_torch
 
@@ -143,65 +143,19 @@ def permuted_block_lists(plan: Plan, device: Any) -> tuple[Any, Any]:
 def permute_rows(plan: Plan, x: Any) -> Any:
     """x [B, L, H, d] (FA4's layout) -> [B, MB*q_block, H, d] with the query blocks in plan order.
 
-    The tokens of Plan.permute_rows on the [B, H, L, d] view; a partial last block is zero-padded, as there. A
-    contiguous x (the projections' usual output) is gathered in FA4's layout directly, d values at a time, into a
-    contiguous result; any other x goes through Plan.permute_rows on its [B, H, L, d] view (a transposed view).
+    Plan.permute_rows on the [B, H, L, d] view, transposed back. The result is laid out in memory like x (a
+    contiguous x, the projections' usual output, gives a contiguous result); a partial last block is zero-padded,
+    as Plan.permute_rows does.
     """
     _check_layout(x, "x")
-    block = plan.block_size[0]
-    if not x.is_contiguous():
-        return plan.permute_rows(x.transpose(-3, -2)).transpose(-3, -2)
-    torch = require_torch("wavealign.fa4")
-    ops.refuse_grad(torch, ((x, "x"),), "wavealign.fa4.permute_rows")
-    plan._check_permute_input(tuple(x.transpose(-3, -2).shape), "x")
-    permutation, inverse = plan._tensors(x.device)
-    length, padded = int(x.shape[1]), plan.q_blocks * block
-    out = _gather_tokens(torch, plan, x, permutation, padded, "x")
-    if length < padded:
-        # The original last block's tokens past the sequence end: zero, wherever the plan put that block.
-        batch, _, heads, d = (int(n) for n in x.shape)
-        last = _per_batch_head(plan, inverse[:, -1:], batch, heads, "x").to(torch.int64)  # [B, H, 1]
-        tail = torch.arange(length - (plan.q_blocks - 1) * block, block, device=x.device)
-        tokens = last * block + tail  # [B, H, padded - length]
-        rows = (torch.arange(batch, device=x.device)[:, None, None] * padded + tokens) * heads + \
-            torch.arange(heads, device=x.device)[None, :, None]
-        out.view(-1, d).index_fill_(0, rows.reshape(-1), 0)
-    return out
+    return plan.permute_rows(x.transpose(-3, -2)).transpose(-3, -2)
 
 
 def unpermute_rows(plan: Plan, o: Any, seq_len: int | None = None) -> Any:
-    """o [B, MB*q_block, H, d] in plan order -> [B, seq_len, H, d] in the original order: the tokens of
-    Plan.unpermute_rows on the [B, H, L, d] view, gathered in FA4's layout when o is contiguous (FA4's output is)."""
+    """o [B, MB*q_block, H, d] in plan order -> [B, seq_len, H, d] in the original order (Plan.unpermute_rows on
+    the [B, H, L, d] view, transposed back; laid out in memory like o)."""
     _check_layout(o, "o")
-    block = plan.block_size[0]
-    if not o.is_contiguous():
-        return plan.unpermute_rows(o.transpose(-3, -2), seq_len=seq_len).transpose(-3, -2)
-    torch = require_torch("wavealign.fa4")
-    ops.refuse_grad(torch, ((o, "o"),), "wavealign.fa4.unpermute_rows")
-    padded = plan.q_blocks * block
-    if int(o.shape[1]) != padded:
-        raise invalid("o", f"must be [B, {padded}, H, d] (q_blocks*block tokens), got shape {list(o.shape)}")
-    length = _rows.check_seq_len(seq_len, plan.q_blocks, block)
-    return _gather_tokens(torch, plan, o, plan._tensors(o.device)[1], length, "o")
-
-
-def _per_batch_head(plan: Plan, per_head: Any, batch: int, heads: int, argument: str) -> Any:
-    """A per-mask-head [mask heads, n] tensor as [B, H, n] (broadcast as heads_view_shape lines the mask's heads
-    up with [B, H])."""
-    view = heads_view_shape((batch, heads), plan.heads, argument)
-    return per_head.reshape(*view, per_head.shape[-1]).expand(batch, heads, per_head.shape[-1])
-
-
-def _gather_tokens(torch: Any, plan: Plan, x: Any, block_source: Any, length: int, argument: str) -> Any:
-    """Contiguous x [B, L_in, H, d] -> [B, length, H, d]: token t of (b, h) is token
-    block_source[h, t // block] * block + t % block of x (clamped into x; permute_rows zeroes what it pads)."""
-    batch, length_in, heads, d = (int(n) for n in x.shape)
-    source_blocks = _per_batch_head(plan, block_source, batch, heads, argument).reshape(batch * heads, -1)
-    tokens = ops.token_index(torch, source_blocks, plan.block_size[0], length).view(batch, heads, length)
-    tokens = tokens.clamp_(max=length_in - 1)
-    rows = (torch.arange(batch, device=x.device)[:, None, None] * length_in + tokens) * heads + \
-        torch.arange(heads, device=x.device)[None, :, None]  # [B, H, length]: rows of x viewed as [B*L_in*H, d]
-    return x.view(-1, d).index_select(0, rows.transpose(1, 2).reshape(-1)).view(batch, length, heads, d)
+    return plan.unpermute_rows(o.transpose(-3, -2), seq_len=seq_len).transpose(-3, -2)
 
 
 def _check_layout(x: Any, argument: str) -> None:

@@ -300,7 +300,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
 
 # ---- permute_rows / unpermute_rows ---------------------------------------------------------------------------
 
-def token_index(torch: Any, block_index: Any, block: int, length: int) -> Any:
+def _token_index(torch: Any, block_index: Any, block: int, length: int) -> Any:
     """[heads, q_blocks] block order -> [heads, length] int64 token order."""
     heads, q_blocks = block_index.shape
     offsets = torch.arange(block, dtype=torch.int64, device=block_index.device)
@@ -318,11 +318,60 @@ def _check_rows_op(torch: Any, x: Any, index: Any, block: Any, index_name: str) 
     return block
 
 
+def _memory_order(x: Any) -> list[int]:
+    """x's dimensions from outermost to innermost in memory (strides descending, ties in index order)."""
+    return sorted(range(x.dim()), key=lambda i: (-x.stride(i), i))
+
+
+def _rows_in_memory(torch: Any, x: Any, tokens: Any) -> Any:
+    """For tokens [..., n] (broadcast over x's leading dimensions): the d-value row of x's memory that holds
+    x[..., tokens[..., t], :], as an int64 tensor [*lead, n]. x is dense with its last dimension innermost."""
+    d = x.shape[-1]
+    rows = tokens.expand(*x.shape[:-2], tokens.shape[-1]) * (x.stride(-2) // d)
+    for dim, size in enumerate(x.shape[:-2]):
+        if size > 1:
+            shape = [1] * (x.dim() - 1)
+            shape[dim] = size
+            rows = rows + torch.arange(size, device=x.device).view(shape) * (x.stride(dim) // d)
+    return rows
+
+
+def _gather_token_rows(torch: Any, x: Any, tokens: Any) -> Any:
+    """x [..., L, d] -> [..., n, d] with out[..., t, :] = x[..., tokens[..., t], :]: one index_select of d-value
+    rows, the result laid out in memory like x (so the [B, H, L, d] view of a [B, L, H, d] tensor gives the
+    [B, H, n, d] view of a contiguous [B, n, H, d] one; see _empty_in_layout, the fake of the ops)."""
+    order = _memory_order(x)
+    if order[-1] != x.dim() - 1 or not x.permute(*order).is_contiguous():
+        x = x.contiguous()  # overlapping, gapped or d-strided memory: gather from a dense copy
+        order = list(range(x.dim()))
+    d, length = x.shape[-1], tokens.shape[-1]
+    source = x.permute(*order).reshape(-1, d)
+    rows = _rows_in_memory(torch, x, tokens)  # [*lead, n], dims in x's logical order
+    gathered = source.index_select(0, rows.permute(*order[:-1]).reshape(-1))
+    shape = (*x.shape[:-2], length, d)
+    return gathered.view([shape[i] for i in order]).permute(*_inverse_order(order))
+
+
+def _inverse_order(order: list[int]) -> list[int]:
+    inverse = [0] * len(order)
+    for position, dim in enumerate(order):
+        inverse[dim] = position
+    return inverse
+
+
+def _empty_in_layout(x: Any, length: int) -> Any:
+    """An empty [..., length, d] tensor laid out in memory as _gather_token_rows lays out its result for x."""
+    order = _memory_order(x)
+    if order[-1] != x.dim() - 1 or not x.permute(*order).is_contiguous():
+        order = list(range(x.dim()))
+    shape = (*x.shape[:-2], length, x.shape[-1])
+    return x.new_empty([shape[i] for i in order]).permute(*_inverse_order(order))
+
+
 def permute_rows(x: Any, permutation: Any, block: Any) -> Any:
-    """x [..., L, d] -> [..., MB*block, d]: query block p of each head is block permutation[h, p] of x (zero
-    padding first when L is not a multiple of block)."""
+    """x [..., L, d] -> [..., MB*block, d]: query block p of each head is block permutation[h, p] of x; the
+    tokens past L of a partial last block are zero. The result is laid out in memory like x."""
     import torch
-    import torch.nn.functional as functional
 
     block = _check_rows_op(torch, x, permutation, block, "permutation")
     heads, q_blocks = permutation.shape
@@ -332,15 +381,23 @@ def permute_rows(x: Any, permutation: Any, block: Any) -> Any:
         raise invalid("x", f"has {length} tokens, expected {padded - block + 1}..{padded} for {q_blocks} query "
                            f"blocks of {block}")
     _raise_failed(torch, _permutation_checks(torch, permutation, "permutation"))
-    if length != padded:
-        x = functional.pad(x, (0, 0, 0, padded - length))
     view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
-    index = token_index(torch, permutation, block, padded).reshape(*view, padded, 1)
-    return torch.take_along_dim(x, index, dim=-2)
+    tokens = _token_index(torch, permutation, block, padded).reshape(*view, padded)
+    out = _gather_token_rows(torch, x, tokens.clamp(max=length - 1))
+    if length != padded:
+        # The original last block's tokens past L, wherever the plan put that block: zero them in place
+        # (no padded copy of x).
+        last = (permutation == q_blocks - 1).to(torch.int64).argmax(dim=-1, keepdim=True)  # [heads, 1]
+        tail = torch.arange(length - (q_blocks - 1) * block, block, device=x.device)
+        pad = (last * block + tail).reshape(*view, block - (length - (q_blocks - 1) * block))
+        rows = _rows_in_memory(torch, out, pad)
+        out.permute(*_memory_order(out)).reshape(-1, out.shape[-1]).index_fill_(0, rows.reshape(-1), 0)
+    return out
 
 
 def unpermute_rows(x: Any, inverse: Any, block: Any, seq_len: Any) -> Any:
-    """Inverse of permute_rows: x [..., MB*block, d] in plan order -> [..., seq_len, d] in the original order."""
+    """Inverse of permute_rows: x [..., MB*block, d] in plan order -> [..., seq_len, d] in the original order,
+    laid out in memory like x."""
     import torch
 
     block = _check_rows_op(torch, x, inverse, block, "inverse")
@@ -350,8 +407,7 @@ def unpermute_rows(x: Any, inverse: Any, block: Any, seq_len: Any) -> Any:
     length = check_seq_len(seq_len, q_blocks, block)
     _raise_failed(torch, _permutation_checks(torch, inverse, "inverse"))
     view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
-    index = token_index(torch, inverse, block, length).reshape(*view, length, 1)
-    return torch.take_along_dim(x, index, dim=-2)
+    return _gather_token_rows(torch, x, _token_index(torch, inverse, block, length).reshape(*view, length))
 
 
 # ---- registration ---------------------------------------------------------------------------------------------
@@ -395,7 +451,7 @@ def _register() -> None:
 
     @permute.register_fake
     def _(x, permutation, block):
-        return x.new_empty((*x.shape[:-2], permutation.shape[-1] * block, x.shape[-1]))
+        return _empty_in_layout(x, permutation.shape[-1] * block)
 
     @torch.library.custom_op("wavealign::unpermute_rows", mutates_args=(),
                              schema="(Tensor x, Tensor inverse, int block, int seq_len) -> Tensor")
@@ -404,7 +460,7 @@ def _register() -> None:
 
     @unpermute.register_fake
     def _(x, inverse, block, seq_len):
-        return x.new_empty((*x.shape[:-2], seq_len, x.shape[-1]))
+        return _empty_in_layout(x, seq_len)
 
     # No backward: a call that would record one (an input requires grad, grad mode on) is refused as it returns,
     # before any graph is built. The Python entry points refuse it before the call.

@@ -45,6 +45,34 @@ def test_permute_rows_matches_numpy_and_round_trips(rng):
     assert torch.equal(plan.unpermute_rows(plan.permute_rows(bf16), seq_len=45), bf16)
 
 
+def test_permute_rows_keeps_the_input_layout_and_reads_any_strides(rng):
+    plan = wavealign.plan(random_mask(rng, 3, 6, 6), wave_size=2, skip="never", block_size=8)
+    x = torch.from_numpy(rng.standard_normal((2, 45, 3, 4)).astype(np.float32))  # [B, L, H, d] memory
+    view = x.transpose(1, 2)  # its [B, H, L, d] view
+    expected = plan.permute_rows(view.contiguous())
+    permuted = plan.permute_rows(view)
+    assert torch.equal(permuted, expected)
+    assert permuted.transpose(1, 2).is_contiguous()  # laid out like x: [B, MB*block, H, d] in memory
+    restored = plan.unpermute_rows(permuted, seq_len=45)
+    assert torch.equal(restored, view) and restored.transpose(1, 2).is_contiguous()
+    # Memory that is not a dense layout of [..., L, d] rows: an expanded batch, every other head, d strided.
+    for odd in (view[:1].expand(2, -1, -1, -1), torch.from_numpy(rng.standard_normal((2, 6, 45, 4)).astype(
+            np.float32))[:, ::2], view.transpose(-1, -2).contiguous().transpose(-1, -2)):
+        assert torch.equal(plan.permute_rows(odd), plan.permute_rows(odd.contiguous()))
+    wavealign.ops.register()
+    permutation, inverse = plan._tensors(x.device)
+    torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (view, permutation, 8))
+    torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (permuted, inverse, 8, 45))
+    # The fake kernels promise the same layout (a compiled graph plans its buffers from them).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fakes = [mode.from_tensor(t) for t in (view, permutation, permuted, inverse)]
+        fake_permuted = torch.ops.wavealign.permute_rows(fakes[0], fakes[1], 8)
+        fake_restored = torch.ops.wavealign.unpermute_rows(fakes[2], fakes[3], 8, 45)
+    assert fake_permuted.stride() == permuted.stride() and fake_restored.stride() == restored.stride()
+
+
 def test_sparse_attention_on_cpu_tensors_runs_the_reference(rng):
     mask = random_mask(rng, 4, 8, 8)
     plan = wavealign.plan(mask, wave_size=4, skip="never", block_size=16)
