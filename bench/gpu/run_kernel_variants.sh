@@ -40,8 +40,6 @@ variants=(
   "fmaexp2-4|-DWA_SM90_FMA_EXP2_EVERY=4"
   "fmaexp2-8|-DWA_SM90_FMA_EXP2_EVERY=8"
   "fmaexp2-4+pingpong|-DWA_SM90_FMA_EXP2_EVERY=4 -DWA_SM90_PINGPONG=ON"
-  "converged|-DWA_SM90_CONVERGED_SYNC=ON"
-  "converged+pingpong|-DWA_SM90_CONVERGED_SYNC=ON -DWA_SM90_PINGPONG=ON"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).

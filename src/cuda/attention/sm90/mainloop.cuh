@@ -9,9 +9,7 @@
 // walk order, never on timing, so O and LSE are the same bits under every schedule.
 //
 // Build options of the consumer's instruction stream (off by default; docs/kernel.md, "Instruction count per
-// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
-// WA_SM90_CONVERGED_SYNC
-// (pipeline.cuh).
+// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -338,7 +336,7 @@ struct Mainloop {
     };
 
     const IssueTurn<Traits::kPingPong> turn{warpgroup};
-    wait_full(&storage.q_full[q_stage], q_stages.phase());
+    Barrier::wait(&storage.q_full[q_stage], q_stages.phase());
     q_stages.advance();
     softmax.reset();
     clear(tOrO);
@@ -346,14 +344,14 @@ struct Mainloop {
     float factor[2];
     {
       const int stage = kv_at(0).index();
-      wait_full(&storage.k_full[stage], kv_at(0).phase());
+      Barrier::wait(&storage.k_full[stage], kv_at(0).phase());
       turn.begin();
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       turn.end();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
-      release_wgmma_stage(&storage.k_empty[stage], lane);
-      if (n == 1) release_wgmma_stage(&storage.q_empty[q_stage], lane);
+      release_stage(&storage.k_empty[stage], lane);
+      if (n == 1) release_stage(&storage.q_empty[q_stage], lane);
       if (partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
       softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every>(frag, p.scale_log2, factor);
       convert_p();
@@ -363,22 +361,22 @@ struct Mainloop {
       const uint32_t prev_phase = kv_at(position - 1).phase();
       kv.advance();
       const int stage = kv_at(position).index();
-      wait_full(&storage.k_full[stage], kv_at(position).phase());
-      wait_full(&storage.v_full[prev_stage], prev_phase);
+      Barrier::wait(&storage.k_full[stage], kv_at(position).phase());
+      Barrier::wait(&storage.v_full[prev_stage], prev_phase);
       turn.begin();
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrO);
       turn.end();
       warpgroup_wait<1>();  // S_i is ready; the PV GEMM may still run
       warpgroup_fence_operand(tSrS);
-      release_wgmma_stage(&storage.k_empty[stage], lane);
-      if (position == n - 1) release_wgmma_stage(&storage.q_empty[q_stage], lane);
+      release_stage(&storage.k_empty[stage], lane);
+      if (position == n - 1) release_stage(&storage.q_empty[q_stage], lane);
       if (position == partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
       softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every>(frag, p.scale_log2, factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
-      release_wgmma_stage(&storage.v_empty[prev_stage], lane);
+      release_stage(&storage.v_empty[prev_stage], lane);
       // Multiplying by a factor of exactly 1 changes no bit, so a warp whose 32 factors are all 1 skips the 64
       // multiplies per thread with no effect on the result. Once a row has met its largest scores its max
       // stops moving; with WA_SM90_EXACT_RESCALE (the default) its factor is then exactly 1 (ex2(0)); without it
@@ -391,13 +389,13 @@ struct Mainloop {
     }
     {
       const int stage = kv_at(n - 1).index();
-      wait_full(&storage.v_full[stage], kv_at(n - 1).phase());
+      Barrier::wait(&storage.v_full[stage], kv_at(n - 1).phase());
       turn.begin();
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
       turn.end();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      release_wgmma_stage(&storage.v_empty[stage], lane);
+      release_stage(&storage.v_empty[stage], lane);
       kv.advance();
     }
   }
