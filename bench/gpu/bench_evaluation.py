@@ -177,15 +177,19 @@ def run_wavealign(mask: Any, qkv: tuple, common: dict, args: Any, sampler: Clock
     q, k, v = qkv
     flops = 4.0 * BLOCK * BLOCK * HEAD_DIM * common["nnz_blocks"]
     reference, permutations = None, {}
-    for order in args.orders:
-        plan, plan_ms, plan_runs = gpu_plan(mask, order, args.plan_repeats)
-        permutations[order] = plan.permutation
 
-        def call(plan: Any = plan) -> Any:
+    def timed(plan: Any) -> tuple[Any, float, dict]:
+        """Our kernel in the plan's order: (the output, the median ms, the clock record)."""
+        def call() -> Any:
             return wavealign.sparse_attention(q, k, v, plan)
 
         output = call()
-        ms, clocks = time_ms(call, args.iters, True, sampler, warmup=1, warmup_ms=warm.take())
+        return (output, *time_ms(call, args.iters, True, sampler, warmup=1, warmup_ms=warm.take()))
+
+    for order in args.orders:
+        plan, plan_ms, plan_runs = gpu_plan(mask, order, args.plan_repeats)
+        permutations[order] = plan.permutation
+        output, ms, clocks = timed(plan)
         row = {**common, "impl": "wavealign", "kind": "kernel", "order": order, "ms": ms,
                "tflops": flops / ms / 1e9, "plan_ms": plan_ms, "plan_ms_runs": plan_runs,
                "planner": plan.planner, **clocks}
@@ -198,13 +202,8 @@ def run_wavealign(mask: Any, qkv: tuple, common: dict, args: Any, sampler: Clock
             print_json(check_row("wavealign", order, args.orders[0], common, output, reference))
     if args.ceiling:
         packed = packed_rows(mask)
-        plan, plan_ms, plan_runs = gpu_plan(packed, "s2", 1)
-
-        def call_packed(plan: Any = plan) -> Any:
-            return wavealign.sparse_attention(q, k, v, plan)
-
-        call_packed()
-        ms, clocks = time_ms(call_packed, args.iters, True, sampler, warmup=1, warmup_ms=warm.take())
+        plan, plan_ms, _ = gpu_plan(packed, "s2", 1)
+        _, ms, clocks = timed(plan)
         print_json({**common, "impl": "wavealign", "kind": "ceiling", "order": "s2", "mask": "packed rows",
                     "ms": ms, "tflops": flops / ms / 1e9, "plan_ms": plan_ms, "planner": plan.planner, **clocks})
         del packed

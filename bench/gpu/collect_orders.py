@@ -26,8 +26,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import collect_evaluation  # noqa: E402  (the one reader of the evaluation's ncu logs)
 
-METHODS = ("xattention", "sparge", "minference", "flexprefill")
-LABELS = {"xattention": "XAttention", "sparge": "SpargeAttn", "minference": "MInference", "flexprefill": "FlexPrefill"}
+METHODS, LABELS = collect_evaluation.METHODS, collect_evaluation.LABELS
 BACKENDS = {"wavealign": "our kernel", "flashattention4": "FA4"}
 REFERENCE = "wavealign"
 CEILING = "packed rows"
@@ -36,18 +35,15 @@ CEILING = "packed rows"
 def read(path: pathlib.Path) -> tuple[list[dict], dict]:
     """(the timing rows, the env line) of one orders.jsonl; a later row of the same case replaces an earlier one."""
     rows, env = {}, {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.startswith("{"):
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SystemExit(f"collect_orders: {path}:{number}: not JSON ({error})")
+    try:
+        lines = collect_evaluation.read_jsonl(path)
+    except collect_evaluation.LogError as error:
+        raise SystemExit(f"collect_orders: {error}")
+    for row in lines:
         if "env" in row:
             env = row["env"]
         elif "ms" in row and row.get("kind") in ("kernel", "ceiling"):
-            key = (row["impl"], row["kind"], row["method"], row["frames"], row["order"])
-            rows[key] = row
+            rows[(row["impl"], row["kind"], row["method"], row["frames"], row["order"])] = row
     return list(rows.values()), env
 
 
@@ -101,56 +97,35 @@ def markdown(derived: list[dict]) -> str:
     columns = order_columns(derived)
     cell = {(r["backend"], r["method"], r["frames"], r["order"]): r for r in derived}
     cases = sorted({(r["frames"], r["method"]) for r in derived}, key=lambda c: (-c[0], METHODS.index(c[1])))
-    lines = ["Kernel time, ms (TF/s):", "", "| backend | method (density, length) | " + " | ".join(columns) + " |",
-             "|---|---|" + "---|" * len(columns)]
-    for backend, label in BACKENDS.items():
-        for frames, method in cases:
-            cells = [cell.get((backend, method, frames, order)) for order in columns]
-            if not any(cells):
-                continue
-            first = next(c for c in cells if c)
-            values = [f"{c['ms']:.2f} ({c['tflops']:.0f})" if c else "–" for c in cells]
-            lines.append(f"| {label} | {LABELS[method]} ({first['density']:.1%}, {first['tokens']:,} tokens) | "
-                         + " | ".join(values) + " |")
-    lines += ["", "Plan cost of each order on our kernel, ms, host-timed (the original order's builds the CSR the kernel "
-              "reads; the bound's is Stage 2 on the packed mask), and where it ran:", "",
-              "| method (tokens) | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    for frames, method in cases:
-        cells = [cell.get(("wavealign", method, frames, order)) for order in columns]
-        if any(cells):
-            tokens = next(c for c in cells if c)["tokens"]
-            values = [f"{c['plan_ms']:.2f} ({c['planner']})" if c else "–" for c in cells]
-            lines.append(f"| {LABELS[method]} ({tokens:,}) | " + " | ".join(values) + " |")
-    lines += ["", "Against S1 + S2 (`wavealign`) of the same backend: kernel time alone / with each order's plan:",
-              "", "| backend | method (tokens) | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
-    for backend, label in BACKENDS.items():
-        for frames, method in cases:
-            cells = [cell.get((backend, method, frames, order)) for order in columns]
-            if not any(cells):
-                continue
-            values = []
-            for c in cells:
-                if c is None:
-                    values.append("–")
-                elif c["with_plan_vs_s1s2"] is None:
-                    values.append(f"{c['kernel_vs_s1s2']:.3f}×")
-                else:
-                    values.append(f"{c['kernel_vs_s1s2']:.3f}× / {c['with_plan_vs_s1s2']:.3f}×")
-            tokens = next(c for c in cells if c)["tokens"]
-            lines.append(f"| {label} | {LABELS[method]} ({tokens:,}) | " + " | ".join(values) + " |")
-    profiled = [r for r in derived if r.get("l2_hit_pct") is not None]
-    if profiled:
-        lines += ["", "Nsight Compute, one launch each (our kernel): L2 hit / HBM SOL / HBM read:",
-                  "", "| method (tokens) | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-        for frames, method in cases:
-            cells = [cell.get(("wavealign", method, frames, order)) for order in columns]
-            if not any(c and c.get("l2_hit_pct") is not None for c in cells):
-                continue
-            tokens = next(c for c in cells if c)["tokens"]
-            values = [f"{c['l2_hit_pct']:.1f} % / {c['hbm_sol_pct']:.1f} % / {c['hbm_read_bytes'] / 1e9:.1f} GB"
-                      if c and c.get("l2_hit_pct") is not None else "–" for c in cells]
-            lines.append(f"| {LABELS[method]} ({tokens:,}) | " + " | ".join(values) + " |")
-    return "\n".join(lines)
+
+    def block(title: str, backends: dict, text, label) -> list[str]:
+        """One table: a row per backend and case that has a cell for which text() gives a value."""
+        rows = []
+        for backend, backend_label in backends.items():
+            for frames, method in cases:
+                cells = [cell.get((backend, method, frames, order)) for order in columns]
+                values = [text(c) if c else None for c in cells]
+                if any(v is not None for v in values):
+                    first = next(c for c in cells if c)
+                    rows.append(([backend_label] if len(backends) > 1 else []) + [label(method, first)] +
+                                [v if v is not None else "–" for v in values])
+        header = (["backend"] if len(backends) > 1 else []) + ["method"] + columns
+        return ["", title, "", collect_evaluation.table(header, rows)] if rows else []
+
+    tokens = lambda method, c: f"{LABELS[method]} ({c['tokens']:,})"
+    ours = {"wavealign": BACKENDS["wavealign"]}
+    lines = block("Kernel time, ms (TF/s):", BACKENDS, lambda c: f"{c['ms']:.2f} ({c['tflops']:.0f})",
+                  lambda method, c: f"{LABELS[method]} ({c['density']:.1%}, {c['tokens']:,} tokens)")
+    lines += block("Plan cost of each order on our kernel, ms, host-timed (the original order's builds the CSR the "
+                   "kernel reads; the bound's is Stage 2 on the packed mask), and where it ran:", ours,
+                   lambda c: f"{c['plan_ms']:.2f} ({c['planner']})", tokens)
+    lines += block("Against S1 + S2 (`wavealign`) of the same backend: kernel time alone / with each order's plan:",
+                   BACKENDS, lambda c: f"{c['kernel_vs_s1s2']:.3f}×" + (
+                       "" if c["with_plan_vs_s1s2"] is None else f" / {c['with_plan_vs_s1s2']:.3f}×"), tokens)
+    lines += block("Nsight Compute, one launch each (our kernel): L2 hit / HBM SOL / HBM read:", ours,
+                   lambda c: None if c.get("l2_hit_pct") is None else
+                   f"{c['l2_hit_pct']:.1f} % / {c['hbm_sol_pct']:.1f} % / {c['hbm_read_bytes'] / 1e9:.1f} GB", tokens)
+    return "\n".join(lines[1:])
 
 
 def plot(derived: list[dict], path: pathlib.Path) -> None:
