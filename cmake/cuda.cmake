@@ -107,13 +107,15 @@ if(wa_build_sm90)
   if(NOT WA_SM90_ROW_MAX_CHAINS MATCHES "^(1|2|4|8)$")
     message(FATAL_ERROR "WA_SM90_ROW_MAX_CHAINS must be 1, 2, 4 or 8, got '${WA_SM90_ROW_MAX_CHAINS}'")
   endif()
+  option(WA_SM90_EARLY_P_CONVERSION
+    "Hopper kernel: P converted to 16 bits before the O rescale, so the conversions fill the softmax's exp2 gaps" OFF)
   set(WA_SM90_FMA_EXP2_EVERY 0 CACHE STRING
     "Hopper kernel: every k-th softmax exp2 on the FMA pipe (exp2_fma) instead of MUFU (0 = none, or 2, 4, 8)")
   if(NOT WA_SM90_FMA_EXP2_EVERY MATCHES "^(0|2|4|8)$")
     message(FATAL_ERROR "WA_SM90_FMA_EXP2_EVERY must be 0, 2, 4 or 8, got '${WA_SM90_FMA_EXP2_EVERY}'")
   endif()
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
-    WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY}
+    WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY} WA_SM90_EARLY_P_CONVERSION=$<BOOL:${WA_SM90_EARLY_P_CONVERSION}>
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
     WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>
     WA_SM90_EXACT_RESCALE=$<BOOL:${WA_SM90_EXACT_RESCALE}> WA_SM90_ROW_MAX_CHAINS=${WA_SM90_ROW_MAX_CHAINS})

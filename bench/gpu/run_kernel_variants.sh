@@ -40,6 +40,10 @@ variants=(
   "fmaexp2-4|-DWA_SM90_FMA_EXP2_EVERY=4"
   "fmaexp2-8|-DWA_SM90_FMA_EXP2_EVERY=8"
   "fmaexp2-4+pingpong|-DWA_SM90_FMA_EXP2_EVERY=4 -DWA_SM90_PINGPONG=ON"
+  "chains4|-DWA_SM90_ROW_MAX_CHAINS=4"
+  "earlyp|-DWA_SM90_EARLY_P_CONVERSION=ON"
+  "earlyp+chains4|-DWA_SM90_EARLY_P_CONVERSION=ON -DWA_SM90_ROW_MAX_CHAINS=4"
+  "earlyp+chains4+uniform|-DWA_SM90_EARLY_P_CONVERSION=ON -DWA_SM90_ROW_MAX_CHAINS=4 -DWA_SM90_UNIFORM_OPERANDS=ON"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).

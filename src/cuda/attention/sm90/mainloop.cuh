@@ -9,7 +9,8 @@
 // walk order, never on timing, so O and LSE are the same bits under every schedule.
 //
 // Build options of the consumer's instruction stream (off by default; docs/kernel.md, "Instruction count per
-// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY.
+// KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
+// WA_SM90_EARLY_P_CONVERSION.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -172,6 +173,14 @@ constexpr int kRowMaxChains = WA_SM90_ROW_MAX_CHAINS;
 #define WA_SM90_FMA_EXP2_EVERY 0
 #endif
 constexpr int kFmaExp2Every = WA_SM90_FMA_EXP2_EVERY;
+// WA_SM90_EARLY_P_CONVERSION: P is converted right after the PV GEMM has drained, before the conditional O
+// rescale. The compiler does not move the 32 conversions above that branch, so after it they run as a serial
+// tail (~55 of the consumer's ~1,190 static stall cycles per block, scripts/sass_census.py --stalls); before
+// it they fill the cycles between the last exp2s, which the XU pipe paces at one per 8 cycles. Same bits.
+#ifndef WA_SM90_EARLY_P_CONVERSION
+#define WA_SM90_EARLY_P_CONVERSION 0
+#endif
+constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 
 template <class Traits>
 struct Mainloop {
@@ -377,6 +386,7 @@ struct Mainloop {
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
       release_stage(&storage.v_empty[prev_stage], lane);
+      if constexpr (kEarlyPConversion) convert_p();
       // Multiplying by a factor of exactly 1 changes no bit, so a warp whose 32 factors are all 1 skips the 64
       // multiplies per thread with no effect on the result. Once a row has met its largest scores its max
       // stops moving; with WA_SM90_EXACT_RESCALE (the default) its factor is then exactly 1 (ex2(0)); without it
@@ -385,7 +395,7 @@ struct Mainloop {
         CUTE_UNROLL
         for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= factor[(i >> 1) & 1];
       }
-      convert_p();
+      if constexpr (!kEarlyPConversion) convert_p();
     }
     {
       const int stage = kv_at(n - 1).index();
