@@ -1,7 +1,8 @@
 // The GPU mask generators against their fp64 CPU references on the same 16-bit inputs: every method at 128
 // and 64-token blocks, bf16 and fp16, partial last blocks, the parity flags, padded strides with poisoned
-// padding, batch folding, force_dense, the CSR output, determinism and graph capture; and the host-side
-// argument checks (which run without a device).
+// padding, batch folding, force_dense, the CSR output, determinism and graph capture; the fused scoring of
+// sampled runs against an fp64 host computation; and the host-side argument checks (which run without a
+// device).
 //
 // Tie rule and bound: the GPU scores in fp32 from fp32 GEMM sums, the reference in fp64, so a block whose
 // score or cumulative sum sits within ~1e-6 of its rule's boundary may go either way. For clustered inputs
@@ -14,12 +15,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "attention_harness.h"
 #include "core/methods/reference.h"
+#include "core/methods/rules.h"
 #include "core/methods/select.h"
 #include "cuda/masks/mask_kernels.h"
 #include "support/method_inputs.h"
@@ -407,6 +411,217 @@ TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
   }
 }
 
+// ---- the fused scoring of sampled runs (FlexPrefill's path at head_dim 64 and 128) ----------------------------
+
+struct FusedCase {
+  int64_t tokens;
+  int head_dim;
+  ElementType type;
+  bool two_sided;
+  int64_t k_pad;  // K token stride = head_dim + k_pad: 8 keeps K rows 16-byte aligned (cp.async), 3 does not
+};
+void PrintTo(const FusedCase& c, std::ostream* out) {
+  *out << c.tokens << " tokens, d " << c.head_dim << ", " << to_string(c.type) << (c.two_sided ? ", two-sided" : "")
+       << ", K stride d + " << c.k_pad;
+}
+
+/// Four representative blocks of 128 queries, the last one the sequence's partial last block. At 5,000 tokens
+/// the runs start off the 128-key tile grid and one run of 200 rows spans two row blocks.
+std::vector<masks::QueryRun> fused_runs(int64_t tokens) {
+  if (tokens == 1000) return {{0, 128}, {256, 128}, {512, 128}, {896, 104}};
+  return {{64, 128}, {1600, 200}, {3264, 128}, {4928, 72}};
+}
+
+struct FusedScores {
+  std::vector<double> row_max, row_sum;  // [heads, rows]; row_max in natural units (scale x q.k)
+  std::vector<double> columns, diagonals;
+};
+
+/// The fp64 host computation on the same 16-bit values.
+FusedScores fused_reference(const QkInputs& seen, std::span<const masks::QueryRun> runs, double scale, bool two_sided,
+                            double weight) {
+  const int64_t tokens = seen.tokens;
+  const int d = seen.head_dim;
+  const int64_t diagonals = methods::diagonal_count(tokens, two_sided);
+  FusedScores out;
+  out.columns.assign(size_t(seen.heads) * tokens, 0.0);
+  out.diagonals.assign(size_t(seen.heads) * diagonals, 0.0);
+  std::vector<double> x(static_cast<size_t>(tokens));
+  for (int h = 0; h < seen.heads; ++h)
+    for (const masks::QueryRun& run : runs)
+      for (int i = 0; i < run.rows; ++i) {
+        const int64_t query = run.q_first + i;
+        const float* q = seen.q.data() + (size_t(h) * tokens + query) * d;
+        double top = -INFINITY;
+        for (int64_t key = 0; key < tokens; ++key) {
+          const float* k = seen.k.data() + (size_t(h) * tokens + key) * d;
+          double dot = 0;
+          for (int c = 0; c < d; ++c) dot += double(q[c]) * double(k[c]);
+          x[key] = scale * dot;
+          top = std::max(top, x[key]);
+        }
+        double sum = 0;
+        for (int64_t key = 0; key < tokens; ++key) sum += std::exp(x[key] - top);
+        out.row_max.push_back(top);
+        out.row_sum.push_back(sum);
+        for (int64_t key = 0; key < tokens; ++key) {
+          const double p = weight * std::exp(x[key] - top) / sum;
+          out.columns[size_t(h) * tokens + key] += p;
+          const int64_t delta = query - key;
+          if (two_sided || delta >= 0)
+            out.diagonals[size_t(h) * diagonals + methods::diagonal_index(delta, tokens, two_sided)] += p;
+        }
+      }
+  return out;
+}
+
+template <class T>
+std::vector<T> download(const T* device, size_t count) {
+  std::vector<T> host(count);
+  cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost);
+  return host;
+}
+
+struct FusedRun {
+  std::vector<float> row_max_log2, row_sum, columns, diagonals;
+  bool operator==(const FusedRun&) const = default;  // float ==: bit equality here (no NaN in a passing run)
+};
+
+class FusedScoring : public ::testing::TestWithParam<FusedCase> {};
+
+// Tolerance, from an error model of the GPU's fp32 arithmetic on these N(0, 1) inputs (|q.k| < ~50): the
+// products of 16-bit values are exact and the tensor cores round (truncate) each accumulation at most once per
+// 8 products, so a logit is off by <= d / 8 ulp(50) x scale = 16 x 3.8e-6 / sqrt(128) = 5.4e-6 and a
+// probability p = exp(x - max) by <= 1.1e-5 relative. Sums of non-negative terms keep their terms' relative
+// error, plus fp32 summation: the longest chains are a column's or diagonal's 128 rows of a tile and ~10 tile
+// partials (<= 138 x 6e-8 = 8.3e-6), and a row's ~40 tile combines with two exp2 each (<= 1.2e-5). 5e-5
+// relative covers their sum (~2.3e-5) twice; typical errors are ~1e-6 (printed). Row maxima are compared in
+// absolute terms, 5e-5 of max(1, |max|).
+constexpr double kFusedRelative = 5e-5;
+
+TEST_P(FusedScoring, MatchesTheHostComputationAndRepeatsBitForBit) {
+  WA_REQUIRE_GPU();
+  const FusedCase c = GetParam();
+  constexpr int kHeads = 3;
+  const int d = c.head_dim;
+  const int64_t tokens = c.tokens;
+  // gain 0: every value N(0, 1), bf16-exact (and fp16-exact at this range).
+  const QkInputs seen = rounded(clustered_qk(kHeads, tokens, d, 111 + uint64_t(d), 6, 24, 0.0), c.type);
+  const std::vector<masks::QueryRun> runs = fused_runs(tokens);
+  masks::FusedRowBlocks blocks;
+  ASSERT_TRUE(masks::fused_row_blocks(runs, blocks));
+  const double scale = 1.0 / std::sqrt(double(d));
+  const double weight = 1.0 / blocks.rows;
+  const FusedScores expected = fused_reference(seen, runs, scale, c.two_sided, weight);
+
+  // Q contiguous; K at a padded token stride (padding poisoned with NaN: a read of it spoils every sum).
+  const int64_t k_stride = d + c.k_pad, k_head_stride = tokens * k_stride + c.k_pad;
+  const uint16_t poison = c.type == ElementType::kBf16 ? 0x7FC1 : 0x7E01;
+  std::vector<uint16_t> q_bits(seen.q.size()), k_bits(size_t(kHeads) * k_head_stride, poison);
+  for (size_t i = 0; i < q_bits.size(); ++i) q_bits[i] = to_bits(seen.q[i], c.type);
+  for (int h = 0; h < kHeads; ++h)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int col = 0; col < d; ++col)
+        k_bits[size_t(h) * k_head_stride + size_t(t) * k_stride + col] =
+            to_bits(seen.k[(size_t(h) * tokens + t) * d + col], c.type);
+  const DeviceBuffer q = testing::upload(q_bits), k = testing::upload(k_bits);
+
+  MethodConfig config = config_of(MaskMethod::kFlexPrefill, 128);
+  masks::RunContext context{config};
+  context.qk.q = q.as<uint16_t>();
+  context.qk.k = k.as<uint16_t>();
+  context.qk.element_type = c.type;
+  context.qk.heads = kHeads;
+  context.qk.tokens = tokens;
+  context.qk.head_dim = d;
+  context.qk.q_token_stride = d;
+  context.qk.q_head_stride = tokens * d;
+  context.qk.q_batch_stride = kHeads * tokens * d;
+  context.qk.k_token_stride = k_stride;
+  context.qk.k_head_stride = k_head_stride;
+  context.qk.k_batch_stride = kHeads * k_head_stride;
+  context.mask_heads = kHeads;
+  context.scale = scale;
+  masks::WorkspaceCarver measure(nullptr);
+  masks::carve_fused_scratch(measure, kHeads, blocks, tokens, d);
+  DeviceBuffer workspace(measure.used());
+  masks::WorkspaceCarver carver(workspace.get());
+  const masks::FusedScratch scratch = masks::carve_fused_scratch(carver, kHeads, blocks, tokens, d);
+  ASSERT_EQ(scratch.batch_heads, kHeads) << "one launch covers the test's heads";
+  std::vector<int64_t> positions;
+  for (const masks::QueryRun& run : runs)
+    for (int i = 0; i < run.rows; ++i) positions.push_back(run.q_first + i);
+  WA_CUDA_OK(cudaMemcpy(scratch.positions, positions.data(), positions.size() * 8, cudaMemcpyHostToDevice));
+  const int64_t diagonals = methods::diagonal_count(tokens, c.two_sided);
+  const size_t rows = size_t(kHeads) * blocks.rows;
+  DeviceBuffer columns(size_t(kHeads) * tokens * 4), diagonal_sums(size_t(kHeads) * diagonals * 4);
+  auto run = [&] {
+    // NaN bytes first: every entry must be written.
+    cudaMemset(columns.get(), 0xFF, columns.bytes());
+    cudaMemset(diagonal_sums.get(), 0xFF, diagonal_sums.bytes());
+    masks::score_sampled_runs(context, 0, kHeads, scratch, c.two_sided, float(weight), columns.as<float>(),
+                              diagonal_sums.as<float>());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return FusedRun{download(scratch.row_max_log2, rows), download(scratch.row_sum, rows),
+                    download(columns.as<float>(), size_t(kHeads) * tokens),
+                    download(diagonal_sums.as<float>(), size_t(kHeads) * diagonals)};
+  };
+  const FusedRun first = run();
+  const FusedRun second = run();
+  EXPECT_TRUE(first == second) << "two runs differ";
+
+  double worst_max = 0, worst_sum = 0, worst_column = 0, worst_diagonal = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    const double row_max = double(first.row_max_log2[r]) * std::log(2.0);
+    const double magnitude = std::max(1.0, std::abs(expected.row_max[r]));
+    worst_max = std::max(worst_max, std::abs(row_max - expected.row_max[r]) / magnitude);
+    worst_sum = std::max(worst_sum, std::abs(first.row_sum[r] - expected.row_sum[r]) / expected.row_sum[r]);
+  }
+  auto relative = [](double got, double want) {
+    return want == 0 ? (got == 0 ? 0.0 : INFINITY) : std::abs(got - want) / want;
+  };
+  for (size_t i = 0; i < expected.columns.size(); ++i)
+    worst_column = std::max(worst_column, relative(first.columns[i], expected.columns[i]));
+  for (size_t i = 0; i < expected.diagonals.size(); ++i)
+    worst_diagonal = std::max(worst_diagonal, relative(first.diagonals[i], expected.diagonals[i]));
+  EXPECT_LE(worst_max, kFusedRelative) << "row max";
+  EXPECT_LE(worst_sum, kFusedRelative) << "row sum";
+  EXPECT_LE(worst_column, kFusedRelative) << "columns";
+  EXPECT_LE(worst_diagonal, kFusedRelative) << "diagonals";
+  std::cout << "[ fused    ] worst relative error: row max " << worst_max << ", row sum " << worst_sum << ", columns "
+            << worst_column << ", diagonals " << worst_diagonal << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedScoring,
+    ::testing::Values(FusedCase{1000, 64, ElementType::kBf16, true, 8},
+                      FusedCase{1000, 64, ElementType::kFp16, false, 3},
+                      FusedCase{1000, 128, ElementType::kBf16, false, 8},
+                      FusedCase{1000, 128, ElementType::kFp16, true, 8},
+                      FusedCase{5000, 64, ElementType::kBf16, false, 8},
+                      FusedCase{5000, 64, ElementType::kFp16, true, 8},
+                      FusedCase{5000, 128, ElementType::kBf16, true, 3},
+                      FusedCase{5000, 128, ElementType::kFp16, false, 8}),
+    [](const ::testing::TestParamInfo<FusedCase>& info) {
+      const FusedCase& c = info.param;
+      return std::to_string(c.tokens) + "_d" + std::to_string(c.head_dim) + "_" + std::string(to_string(c.type)) +
+             (c.two_sided ? "_two_sided" : "_one_sided") + (c.k_pad % 8 == 0 ? "" : "_unaligned_k");
+    });
+
+TEST(MaskGenerator, FlexPrefillAtHeadDim128MatchesTheReference) {
+  WA_REQUIRE_GPU();
+  // head_dim 128 takes the fused path (the method tests above run at 64, 32 and 16).
+  const QkInputs inputs = clustered_qk(2, 1000, 128, 110);
+  for (ElementType type : {ElementType::kBf16, ElementType::kFp16})
+    for (int block : {128, 64}) {
+      MethodConfig config = config_of(MaskMethod::kFlexPrefill, block);
+      const std::string label = "flexprefill d128 " + std::to_string(block) + " " + std::string(to_string(type));
+      expect_matches_reference(config, inputs, type, 1, label + " vertical-slash");
+      config.flexprefill.tau = 10;
+      expect_matches_reference(config, inputs, type, 1, label + " query-aware");
+    }
+}
+
 // ---- host checks (no device needed) ---------------------------------------------------------------------
 
 TEST(MaskGeneratorChecks, RejectsBadShapesAndOptionsByName) {
@@ -420,6 +635,23 @@ TEST(MaskGeneratorChecks, RejectsBadShapesAndOptionsByName) {
   bad = config_of(MaskMethod::kFlexPrefill, 128);
   bad.flexprefill.gamma = 0;
   expect_invalid([&] { MaskGenerator(bad, 1, 2, 1000, 64); }, "gamma");
+}
+
+TEST(FusedScoringChecks, RowBlocksCutRunsInGatherOrder) {
+  masks::FusedRowBlocks blocks;
+  const std::vector<masks::QueryRun> runs{{1000, 300}, {5000, 128}, {9000, 5}};
+  ASSERT_TRUE(masks::fused_row_blocks(runs, blocks));
+  ASSERT_EQ(blocks.count, 5);
+  EXPECT_EQ(blocks.rows, 433);
+  const int64_t q_first[] = {1000, 1128, 1256, 5000, 9000};
+  const int first_row[] = {0, 128, 256, 300, 428}, rows[] = {128, 128, 44, 128, 5};
+  for (int j = 0; j < blocks.count; ++j) {
+    EXPECT_EQ(blocks.block[j].q_first, q_first[j]) << "block " << j;
+    EXPECT_EQ(blocks.block[j].first_row, first_row[j]) << "block " << j;
+    EXPECT_EQ(blocks.block[j].rows, rows[j]) << "block " << j;
+  }
+  const std::vector<masks::QueryRun> too_many(masks::kFusedMaxRowBlocks + 1, masks::QueryRun{0, 16});
+  EXPECT_FALSE(masks::fused_row_blocks(too_many, blocks));
 }
 
 TEST(MaskGeneratorChecks, RunRejectsMissingBuffersBeforeTouchingTheDevice) {

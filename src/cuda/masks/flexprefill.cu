@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "core/methods/rules.h"
 #include "cuda/attention/cuda_check.h"
@@ -149,7 +150,8 @@ __global__ void blocks_kernel(const uint8_t* __restrict__ vertical_flags, const 
 
 }  // namespace
 
-// Heads are scored one by one (the logits buffer is per head), then decided and selected a group at a time:
+// Heads are scored a group at a time on the fused path (score_sampled_runs), else one by one (the logits
+// buffer is per head), then decided and selected a group at a time:
 // every selection launch covers the group's heads together (the segments past 65,536 values, the 727,199
 // diagonals and a query-aware head's 2,841^2 pooled map at 363,600 tokens, spread over many thread blocks
 // each; launch_select).
@@ -159,21 +161,35 @@ void run_flexprefill(RunContext& context) {
   const int64_t tokens = qk.tokens;
   const int blocks = context.blocks, block = context.config.block, d = qk.head_dim;
   const int representative = std::min(options.representative_blocks, blocks);
-  int sampled = 0;  // valid tokens of the representative blocks (all full except the sequence's last block)
+  // The representative blocks as runs of consecutive queries, in the gather order of launch_sampled_positions
+  // (all full except the sequence's last block).
+  std::vector<QueryRun> runs(static_cast<size_t>(representative));
+  int sampled = 0;
   for (int r = 0; r < representative; ++r) {
-    const int64_t first =
-        int64_t(methods::representative_block(r, representative, blocks, options.query_sample)) * block;
-    sampled += int(std::min<int64_t>(tokens, first + block) - first);
+    runs[r].q_first = int64_t(methods::representative_block(r, representative, blocks, options.query_sample)) * block;
+    runs[r].rows = int(std::min<int64_t>(tokens, runs[r].q_first + block) - runs[r].q_first);
+    sampled += runs[r].rows;
   }
+  // Head dimensions 64 and 128 score on the fused tensor-core path, others on cuBLAS and the logits passes.
+  FusedRowBlocks row_blocks;
+  const bool fused = fused_scoring_supported(d) && fused_row_blocks(runs, row_blocks);
   const int64_t diagonals = methods::diagonal_count(tokens, options.two_sided);
   const int64_t offsets = options.two_sided ? 2 * int64_t(blocks) - 1 : blocks;
   const int64_t map_entries = int64_t(blocks) * blocks;
   const size_t per_head = (size_t(tokens) + size_t(diagonals) + 3 * size_t(blocks) + size_t(offsets) +
                            size_t(d) * (2 * size_t(blocks) + 1) + size_t(map_entries)) * sizeof(float) +
-                          size_t(blocks) + size_t(offsets) + 5 * sizeof(int64_t);
+                          size_t(blocks) + size_t(offsets) + 5 * sizeof(int64_t) +
+                          (fused ? size_t(sampled) * d * sizeof(uint16_t) : 0);  // the fused path's gathered rows
   const int group = head_group(context.mask_heads, per_head);
   WorkspaceCarver& workspace = *context.workspace;
-  const SampledScratch scratch = carve_sampled_scratch(workspace, sampled, tokens, d);
+  SampledScratch scratch;
+  FusedScratch fused_scratch;
+  if (fused) {
+    fused_scratch = carve_fused_scratch(workspace, group, row_blocks, tokens, d);
+  } else {
+    scratch = carve_sampled_scratch(workspace, sampled, tokens, d);
+  }
+  int64_t* positions = fused ? fused_scratch.positions : scratch.positions;
   float* vertical = workspace.take<float>(size_t(group) * tokens);
   float* slash = workspace.take<float>(size_t(group) * diagonals);
   float* vertical_blocks = workspace.take<float>(size_t(group) * blocks);
@@ -194,19 +210,23 @@ void run_flexprefill(RunContext& context) {
       workspace.take<uint8_t>(select_scratch_bytes(group, std::max({tokens, diagonals, map_entries})));
   if (context.measuring) return;
 
-  launch_sampled_positions(scratch.positions, sampled, tokens, options.query_sample, block, representative,
-                           context.stream);
+  launch_sampled_positions(positions, sampled, tokens, options.query_sample, block, representative, context.stream);
   const int64_t low = std::max<int64_t>(1, (options.min_budget + block - 1) / block);
   const int64_t cap = options.max_budget > 0 ? (options.max_budget + block - 1) / block : INT64_MAX;
   for (int first = 0; first < context.mask_heads; first += group) {
     const int heads = std::min(group, context.mask_heads - first);
     uint8_t* group_mask = context.dense + int64_t(first) * map_entries;
-    // Per head: the distributions, the mean sampled query, and the block means of K and Q.
+    // The distributions (the group's heads together on the fused path), then per head the mean sampled query
+    // and the block means of K and Q.
+    const float weight = 1.0f / float(sampled);
+    if (fused) score_sampled_runs(context, first, heads, fused_scratch, options.two_sided, weight, vertical, slash);
     for (int h = 0; h < heads; ++h) {
       const int m = first + h;
-      score_sampled_queries(context, m, scratch, options.two_sided, 1.0f / float(sampled),
-                            vertical + int64_t(h) * tokens, slash + int64_t(h) * diagonals);
-      launch_row_mean(scratch.rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
+      if (!fused)
+        score_sampled_queries(context, m, scratch, options.two_sided, weight, vertical + int64_t(h) * tokens,
+                              slash + int64_t(h) * diagonals);
+      const uint16_t* rows = fused ? fused_scratch.rows + int64_t(h) * sampled * d : scratch.rows;
+      launch_row_mean(rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
       PoolParams pool;
       pool.rows = qk.k_head(m);
       pool.token_stride = qk.k_token_stride;

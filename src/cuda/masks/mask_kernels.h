@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "core/host_device.h"
 #include "wavealign/methods.h"
 
 struct cublasContext;
@@ -45,7 +47,9 @@ struct QkLayout {
   int64_t k_batch_stride = 0, k_head_stride = 0, k_token_stride = 0;
   /// Mask head m = b * heads + h.
   const uint16_t* q_head(int m) const { return q + (m / heads) * q_batch_stride + (m % heads) * q_head_stride; }
-  const uint16_t* k_head(int m) const { return k + (m / heads) * k_batch_stride + (m % heads) * k_head_stride; }
+  WA_HOST_DEVICE const uint16_t* k_head(int m) const {
+    return k + (m / heads) * k_batch_stride + (m % heads) * k_head_stride;
+  }
 };
 
 /// Everything one method's run reads. `workspace` is a measuring carver when measuring is true (then no
@@ -167,6 +171,61 @@ void launch_sampled_positions(int64_t* positions, int count, int64_t tokens, Que
 /// both overwritten. Chunks of rows share the logits buffer.
 void score_sampled_queries(RunContext& context, int m, const SampledScratch& scratch, bool two_sided, float weight,
                            float* columns, float* diagonals);
+
+// ---- fused_scores.cu: the same scores for sampled rows in runs of consecutive queries, on the tensor cores ----
+/// FlexPrefill's sampled rows are its representative blocks: runs of consecutive query positions. Their scores
+/// are computed twice per (128-key tile, head) with mma.sync, never stored: pass 1 gives per-tile row maxima
+/// and exp sums (combined per row in ascending tile order), pass 2 the probabilities' column sums and the
+/// per-tile sums along each diagonal (combined per diagonal in a fixed order). Every sum runs in a fixed order.
+constexpr int kFusedTileRows = 128;     // rows of a row block (the M side of a tile)
+constexpr int kFusedTileKeys = 128;     // keys of a key tile (the N side)
+constexpr int kFusedMaxRowBlocks = 64;  // row blocks per run (kernel parameters: 16 bytes each)
+/// A run of consecutive sampled queries: gathered rows first_row .. first_row + rows - 1 are the queries at
+/// positions q_first .. q_first + rows - 1.
+struct QueryRun {
+  int64_t q_first = 0;
+  int rows = 0;
+};
+struct FusedRowBlock {
+  int first_row = 0;
+  int rows = 0;  // 1 .. kFusedTileRows
+  int64_t q_first = 0;
+};
+struct FusedRowBlocks {
+  FusedRowBlock block[kFusedMaxRowBlocks];
+  int count = 0;
+  int rows = 0;  // gathered rows of all blocks
+};
+/// The runs (gathered in order) cut into row blocks of at most kFusedTileRows; false when that needs more
+/// than kFusedMaxRowBlocks blocks.
+bool fused_row_blocks(std::span<const QueryRun> runs, FusedRowBlocks& out);
+/// The fused path's head dimensions (its warps keep one key tile's B fragments in registers: 64 at d = 128).
+inline bool fused_scoring_supported(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+/// Scratch of score_sampled_runs for a group of `heads` heads: the positions and the gathered rows of every
+/// head ([heads, rows, head_dim]), and the per-tile partials and row statistics of `batch_heads` heads, the
+/// heads one launch scores (as many as fit MaskGenerator::kLogitChunkBytes, the logits chunk this replaces:
+/// 23 heads of 512 rows at 363,600 tokens).
+struct FusedScratch {
+  FusedRowBlocks blocks;
+  int heads = 0;
+  int batch_heads = 0;
+  int key_tiles = 0;
+  int64_t* positions = nullptr;    // [rows]: written by the caller (launch_sampled_positions)
+  uint16_t* rows = nullptr;        // [heads, rows, head_dim]
+  float* tile_max = nullptr;       // [batch_heads, key_tiles, rows]: pass 1, log2 units
+  float* tile_sum = nullptr;       // [batch_heads, key_tiles, rows]
+  float* row_max_log2 = nullptr;   // [batch_heads, rows]: max over keys of log2(e) x scale x q.k
+  float* row_sum = nullptr;        // [batch_heads, rows]: sum over keys of exp(x - max), x = scale x q.k
+  float* diagonal_partials = nullptr;  // [batch_heads, blocks, key_tiles, 2 kFusedTileKeys - 1]
+};
+FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const FusedRowBlocks& blocks, int64_t tokens,
+                                 int head_dim);
+/// score_sampled_queries for mask heads first_head .. first_head + heads - 1 (heads <= scratch.heads) whose
+/// sampled rows are scratch.blocks: gathers their rows, then columns [heads, tokens] and diagonals [heads,
+/// diagonal_count], both overwritten. Head dimensions of fused_scoring_supported, K rows at any stride.
+void score_sampled_runs(RunContext& context, int first_head, int heads, const FusedScratch& scratch, bool two_sided,
+                        float weight, float* columns, float* diagonals);
 
 // ---- pooling.cu: block means and the self-similarity test, straight from one head's bf16/fp16 rows ----
 /// Per block of `block` rows: the mean row (fp32 [blocks, head_dim]) and, when `similar` is set, whether the
