@@ -8,7 +8,7 @@
 // runs, rescale O once it has drained; finally the last PV. Every step depends only on the row's blocks in
 // walk order, never on timing, so O and LSE are the same bits under every schedule.
 //
-// Build options of the consumer's instruction stream (off by default; docs/kernel.md, "Instruction count per
+// Build options of the consumer's instruction stream (docs/kernel.md, "Instruction count per
 // KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
 // WA_SM90_EARLY_P_CONVERSION.
 #pragma once
@@ -178,7 +178,7 @@ constexpr int kFmaExp2Every = WA_SM90_FMA_EXP2_EVERY;
 // tail (~55 of the consumer's ~1,190 static stall cycles per block, scripts/sass_census.py --stalls); before
 // it they fill the cycles between the last exp2s, which the XU pipe paces at one per 8 cycles. Same bits.
 #ifndef WA_SM90_EARLY_P_CONVERSION
-#define WA_SM90_EARLY_P_CONVERSION 0
+#define WA_SM90_EARLY_P_CONVERSION 1
 #endif
 constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 
