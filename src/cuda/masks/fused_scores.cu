@@ -374,18 +374,35 @@ __global__ void __launch_bounds__(kThreads, 1) fused_tile_kernel(const __grid_co
   if (kSums && tid < keys) params.columns[int64_t(head) * params.tokens + key0 + tid] = params.weight * column_total;
 }
 
-// One thread per (head, row): the row's tiles in ascending order.
-__global__ void row_stats_finish_kernel(const float* __restrict__ tile_max, const float* __restrict__ tile_sum,
-                                        int heads, int count, int key_tiles, float* __restrict__ row_max_log2,
-                                        float* __restrict__ row_sum) {
-  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= int64_t(heads) * count) return;
-  const int64_t head = item / count, row = item % count;
-  const float* tops = tile_max + head * key_tiles * count + row;
-  const float* sums = tile_sum + head * key_tiles * count + row;
+// A (head, row) per lane and 32 segments of its key tiles per thread block (threadIdx.y): each thread merges
+// its segment in ascending tile order, then the segments merge in ascending order — a fixed order, so the
+// result is the same bits every run. One thread per row walking all 2,841 tiles at 363,600 tokens left 8 x 512
+// rows on 16 SMs, latency-bound on its dependent loads: 1.78 ms of 17.95 for 8 heads on the H200.
+constexpr int kFinishSegments = 32;
+
+__global__ void __launch_bounds__(32 * kFinishSegments)
+    row_stats_finish_kernel(const float* __restrict__ tile_max, const float* __restrict__ tile_sum, int heads,
+                            int count, int key_tiles, float* __restrict__ row_max_log2, float* __restrict__ row_sum) {
+  __shared__ float tops[kFinishSegments][32], sums[kFinishSegments][32];
+  const int64_t item = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const int segment = threadIdx.y;
   float top = -INFINITY, sum = 0;
+  if (item < int64_t(heads) * count) {
+    const int64_t head = item / count, row = item % count;
+    const float* row_tops = tile_max + head * key_tiles * count + row;
+    const float* row_sums = tile_sum + head * key_tiles * count + row;
+    const int per_segment = (key_tiles + kFinishSegments - 1) / kFinishSegments;
+    const int first = segment * per_segment, last = min(key_tiles, first + per_segment);
 #pragma unroll 4
-  for (int t = 0; t < key_tiles; ++t) combine_log2(top, sum, tops[int64_t(t) * count], sums[int64_t(t) * count]);
+    for (int t = first; t < last; ++t)
+      combine_log2(top, sum, row_tops[int64_t(t) * count], row_sums[int64_t(t) * count]);
+  }
+  tops[segment][threadIdx.x] = top;
+  sums[segment][threadIdx.x] = sum;
+  __syncthreads();
+  if (segment != 0 || item >= int64_t(heads) * count) return;
+  for (int other = 1; other < kFinishSegments; ++other)
+    combine_log2(top, sum, tops[other][threadIdx.x], sums[other][threadIdx.x]);
   row_max_log2[item] = top;
   row_sum[item] = sum;
 }
@@ -446,7 +463,7 @@ void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bo
   pass1<<<grid, kThreads, pass1_bytes, stream>>>(params);
   WA_CUDA_CHECK(cudaGetLastError());
   const int count = scratch.blocks.rows;
-  row_stats_finish_kernel<<<finish_grid(int64_t(heads) * count), kFinishThreads, 0, stream>>>(
+  row_stats_finish_kernel<<<unsigned((int64_t(heads) * count + 31) / 32), dim3(32, kFinishSegments), 0, stream>>>(
       scratch.tile_max, scratch.tile_sum, heads, count, scratch.key_tiles, scratch.row_max_log2, scratch.row_sum);
   WA_CUDA_CHECK(cudaGetLastError());
   pass2<<<grid, kThreads, pass2_bytes, stream>>>(params);
