@@ -107,7 +107,7 @@ if(wa_build_sm90)
   if(NOT WA_SM90_ROW_MAX_CHAINS MATCHES "^(1|2|4|8)$")
     message(FATAL_ERROR "WA_SM90_ROW_MAX_CHAINS must be 1, 2, 4 or 8, got '${WA_SM90_ROW_MAX_CHAINS}'")
   endif()
-  # Early P conversion is the default since its H200 measurement (h200-kernel-variants.json run 13, 4 heads,
+  # Early P conversion is the default since its H200 measurement (h200-kernel-variants.json, the dced909 run; 4 heads,
   # L = 363,600, power-capped): SM cycles per 128 x 128 block 2,599 -> 2,568 (video), 2,670 -> 2,635 (dense);
   # video 590.7 -> 594.1 TF/s, random 612.1 -> 610.5, dense 642.1 -> 647.1, dense d = 64 419.6 -> 442.2.
   option(WA_SM90_EARLY_P_CONVERSION
