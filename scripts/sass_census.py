@@ -22,7 +22,9 @@ groups run per block is data-dependent; the tool reports their sizes and leaves 
 it) and sums the stall counts the compiler scheduled on the consumer's main path, per class and per project
 source line: the cycles a warp waits after each instruction before it may issue the next, i.e. the
 fixed-latency dependencies and pipe pacing of its static schedule (not the scoreboard waits on memory, MUFU or
-wgmma results, which are dynamic).
+wgmma results, which are dynamic). Where the loop has them, it also splits that sum at the attention loop's
+landmarks: the GEMM issue up to `wgmma wait 1` (S ready), the row max up to the first MUFU.EX2, the exp2 phase
+up to the last one, and the rest.
 """
 
 import argparse
@@ -214,6 +216,21 @@ def is_spin(graph, b):
                                                any(is_spin(graph, p) for p in graph.pred[b] if p != b))
 
 
+PHASES = ("GEMM issue, up to wgmma wait 1", "up to the first exp2", "exp2 phase", "after the last exp2")
+
+
+def stall_phases(instrs):
+    """The main path's stall cycles (instructions in address order) split at an attention loop's landmarks: the
+    `WARPGROUP.DEPBAR.LE gsb0, 0x1` that makes S ready, the first and the last MUFU.EX2; {} without them."""
+    waits = [n for n, i in enumerate(instrs) if i["op"] == "WARPGROUP.DEPBAR.LE" and i["args"].endswith("0x1")]
+    exps = [n for n, i in enumerate(instrs) if i["op"] == "MUFU.EX2"]
+    if not waits or not exps or exps[0] <= waits[0]:
+        return {}
+    cuts = (0, waits[0] + 1, exps[0], exps[-1] + 1, len(instrs))
+    return collections.OrderedDict(
+        (name, sum(stall_cycles(i["control"]) for i in instrs[cuts[k]:cuts[k + 1]])) for k, name in enumerate(PHASES))
+
+
 def census(graph, loop, project):
     """Class counts of the loop's main path and its groups of other blocks."""
     header, latch, body = loop
@@ -237,6 +254,9 @@ def census(graph, loop, project):
             for i in graph.ops(b):
                 result["main_stall_cycles"][classify(i["op"])] += stall_cycles(i["control"])
                 result["main_stall_cycles_by_line"][source_site(i["chain"], project)] += stall_cycles(i["control"])
+        phases = stall_phases([i for b in sorted(main, key=lambda b: graph.blocks[b][0]) for i in graph.ops(b)])
+        if phases:
+            result["main_stall_cycles_by_phase"] = phases
     for b in sorted(set(body) - set(main), key=lambda b: graph.blocks[b][0]):
         if is_spin(graph, b):
             key = "spin"
@@ -338,6 +358,8 @@ def print_report(result):
                     print(f"    {cls:22s} {n:g} over {counted['main'][cls]:g} instructions")
                 for site, n in counted["main_stall_cycles_by_line"].most_common(8):
                     print(f"    at {site}: {n:g}")
+                for phase, n in counted.get("main_stall_cycles_by_phase", {}).items():
+                    print(f"    phase {phase}: {n:g}")
 
 
 def main(argv=None):

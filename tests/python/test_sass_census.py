@@ -130,3 +130,42 @@ def test_stalls_need_control_words(tmp_path):
     listing.write_text(CONSUMER)
     with pytest.raises(SystemExit, match="control words"):
         sass_census.main([str(listing), "--stalls"])
+
+
+# An attention loop's landmarks: the S GEMM and its wait 1, the row max, two exp2s with a row sum between, the P
+# conversion after them.
+SOFTMAX = (
+    ".text.fwd_kernel_sm90_softmax:\n" + SRC.format(10) +
+    "        /*0000*/                   MOV R1, RZ ;\n"
+    ".L_x_1:\n"
+    "        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;\n"
+    "        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n"
+    "        /*0030*/                   FMNMX R2, R24, R25, !PT ;\n"
+    "        /*0040*/                   MUFU.EX2 R3, R3 ;\n"
+    "        /*0050*/                   FADD R4, R4, R3 ;\n"
+    "        /*0060*/                   MUFU.EX2 R5, R5 ;\n"
+    "        /*0070*/                   F2FP.BF16.F32.PACK_AB R6, R5, R3 ;\n"
+    "        /*0080*/               @P0 BRA `(.L_x_1) ;\n"
+    "        /*0090*/                   EXIT ;\n"
+)
+
+
+def test_stalls_split_at_the_attention_loops_landmarks(tmp_path, capsys):
+    # MOV 1 (before the loop); HGMMA 2 + DEPBAR 3 | FMNMX 4 | EX2 1 + FADD 7 + EX2 1 | F2FP 2 + BRA 5.
+    stalls = [1, 2, 3, 4, 1, 7, 1, 2, 5, 1]
+    listing = tmp_path / "softmax.sass"
+    listing.write_text(hex_words(SOFTMAX, stalls))
+    consumer = sass_census.report(listing.read_text(), "fwd_kernel_sm90", 4, "src/cuda/")[
+        "fwd_kernel_sm90_softmax"]["consumer_per_warp_per_block"]
+    assert list(consumer["main_stall_cycles_by_phase"].values()) == [5, 4, 9, 7]
+    assert sum(consumer["main_stall_cycles_by_phase"].values()) == sum(consumer["main_stall_cycles"].values())
+    assert sass_census.main([str(listing), "--stalls"]) is None
+    assert "phase exp2 phase: 9" in capsys.readouterr().out
+
+
+def test_no_phases_without_the_landmarks(tmp_path):
+    listing = tmp_path / "consumer.sass"
+    listing.write_text(hex_words(CONSUMER, [1] * 18))
+    consumer = sass_census.report(listing.read_text(), "fwd_kernel_sm90", 4, "src/cuda/")[
+        "fwd_kernel_sm90_test"]["consumer_per_warp_per_block"]
+    assert "main_stall_cycles_by_phase" not in consumer
