@@ -21,7 +21,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
 
 // Vertical blocks: the sum of the vertical distribution over each key block. Slash blocks: the sum of the
 // slash distribution over the token offsets that pool into each block offset (slash_block_offset), in
@@ -253,7 +252,7 @@ void run_flexprefill(RunContext& context) {
       coverage.scratch = select_scratch;
       launch_select(coverage, context.stream);
     }
-    pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets), kThreads, 0, context.stream>>>(
+    pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets, kThreads), kThreads, 0, context.stream>>>(
         vertical, slash, heads, tokens, blocks, block, options.two_sided, vertical_blocks, slash_blocks);
     WA_CUDA_CHECK(cudaGetLastError());
 
@@ -294,7 +293,7 @@ void run_flexprefill(RunContext& context) {
     top_slash.counts = slash_budget;
     top_slash.scratch = select_scratch;
     launch_select(top_slash, context.stream);
-    blocks_kernel<<<grid_for(int64_t(heads) * map_entries), kThreads, 0, context.stream>>>(
+    blocks_kernel<<<grid_for(int64_t(heads) * map_entries, kThreads), kThreads, 0, context.stream>>>(
         vertical_flags, slash_flags, heads, blocks, options.two_sided, group_mask);
     WA_CUDA_CHECK(cudaGetLastError());
 

@@ -40,6 +40,7 @@ namespace {
 using detail::sm80::cp_async_16;
 using detail::sm80::cp_async_commit;
 using detail::sm80::cp_async_wait_all;
+using detail::sm80::cp_async_wait_group;
 using detail::sm80::ldmatrix_x4;
 using detail::sm80::mma_16816;
 using detail::sm80::smem_address;
@@ -56,11 +57,6 @@ constexpr double kLog2e = 1.4426950408889634;
 static_assert(kFusedTileRows == 2 * kWarpRows && kFusedTileKeys == kThreads / 2,
               "pass 2 sums one column per thread of the first half and two diagonals per thread of the second");
 static_assert(kFusedTileRows == kFusedTileKeys, "the diagonal pairing (e, e + 128) needs a square tile");
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 struct TileParams {
   const uint16_t* k = nullptr;
@@ -432,7 +428,6 @@ __global__ void diagonal_finish_kernel(const float* __restrict__ partials,
   diagonals[item] = weight * sum;
 }
 
-unsigned finish_grid(int64_t items) { return unsigned((items + kFinishThreads - 1) / kFinishThreads); }
 
 template <class Element, int kHeadDim>
 void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bool two_sided, float* diagonals,
@@ -468,10 +463,9 @@ void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bo
   WA_CUDA_CHECK(cudaGetLastError());
   pass2<<<grid, kThreads, pass2_bytes, stream>>>(params);
   WA_CUDA_CHECK(cudaGetLastError());
-  diagonal_finish_kernel<<<finish_grid(int64_t(heads) * methods::diagonal_count(params.tokens, two_sided)),
-                           kFinishThreads, 0, stream>>>(scratch.diagonal_partials, scratch.blocks, heads,
-                                                        params.tokens, scratch.key_tiles, two_sided, params.weight,
-                                                        diagonals);
+  diagonal_finish_kernel<<<grid_for(int64_t(heads) * methods::diagonal_count(params.tokens, two_sided), kFinishThreads),
+                           kFinishThreads, 0, stream>>>(scratch.diagonal_partials, scratch.blocks, heads, params.tokens,
+                                                        scratch.key_tiles, two_sided, params.weight, diagonals);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -52,6 +52,9 @@ struct QkLayout {
   }
 };
 
+/// Thread blocks of `threads` threads that cover `items` one-thread items.
+inline unsigned grid_for(int64_t items, int threads) { return unsigned((items + threads - 1) / threads); }
+
 /// Everything one method's run reads. `workspace` is a measuring carver when measuring is true (then no
 /// pointer may be dereferenced and nothing is launched).
 struct RunContext {

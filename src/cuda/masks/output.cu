@@ -19,7 +19,6 @@ constexpr int kThreads = 256;
 constexpr int kScanThreads = 1024;
 constexpr int kScanItems = 4;
 
-unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
 
 __global__ void resample_kernel(const uint8_t* __restrict__ native, int native_q, int native_k, int native_qb,
                                 int native_kb, int mask_heads, int blocks, int block, uint8_t* __restrict__ dense) {
@@ -141,7 +140,7 @@ void launch_resample(const uint8_t* native, int native_q, int native_k, BlockSha
                      int blocks, int block, uint8_t* dense, cudaStream_t stream) {
   const int64_t items = int64_t(mask_heads) * blocks * blocks;
   if (items <= 0) return;
-  resample_kernel<<<grid_for(items), kThreads, 0, stream>>>(native, native_q, native_k, native_block.q_block,
+  resample_kernel<<<grid_for(items, kThreads), kThreads, 0, stream>>>(native, native_q, native_k, native_block.q_block,
                                                             native_block.kv_block, mask_heads, blocks, block, dense);
   WA_CUDA_CHECK(cudaGetLastError());
 }
@@ -150,8 +149,8 @@ void launch_blockify(const uint8_t* kept_column_block, const int32_t* kept_prefi
                      int heads, int blocks, int block, uint8_t* dense, cudaStream_t stream) {
   const int64_t items = int64_t(heads) * blocks * blocks;
   if (items <= 0) return;
-  blockify_kernel<<<grid_for(items), kThreads, 0, stream>>>(kept_column_block, kept_prefix, tokens, two_sided, heads,
-                                                            blocks, block, dense);
+  blockify_kernel<<<grid_for(items, kThreads), kThreads, 0, stream>>>(kept_column_block, kept_prefix, tokens, two_sided,
+                                                                      heads, blocks, block, dense);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -159,7 +158,8 @@ void launch_column_blocks(const uint8_t* token_flags, int64_t tokens, int heads,
                           uint8_t* out, cudaStream_t stream) {
   const int64_t items = int64_t(heads) * blocks;
   if (items <= 0) return;
-  column_blocks_kernel<<<grid_for(items), kThreads, 0, stream>>>(token_flags, tokens, heads, blocks, block, out);
+  column_blocks_kernel<<<grid_for(items, kThreads), kThreads, 0, stream>>>(token_flags, tokens, heads, blocks, block,
+                                                                           out);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -171,13 +171,13 @@ void launch_prefix(const uint8_t* flags, int64_t length, int segments, int32_t* 
 
 void launch_fill_ones(uint8_t* out, int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
-  fill_kernel<<<grid_for(count), kThreads, 0, stream>>>(out, count);
+  fill_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(out, count);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_set_column(uint8_t* map, int64_t rows, int columns, int column, cudaStream_t stream) {
   if (rows <= 0) return;
-  set_column_kernel<<<grid_for(rows), kThreads, 0, stream>>>(map, rows, columns, column);
+  set_column_kernel<<<grid_for(rows, kThreads), kThreads, 0, stream>>>(map, rows, columns, column);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -212,8 +212,8 @@ void launch_csr(const uint8_t* dense, int heads, int blocks, const CsrScratch& s
   view.strides[2] = 1;
   plan::launch_pack_dense(shape, view, scratch.bits, stream);
   if (shape.rows() > 0) {
-    row_nnz_kernel<<<grid_for(shape.rows()), kThreads, 0, stream>>>(scratch.bits, shape.rows(), shape.row_words,
-                                                                    scratch.row_nnz, scratch.identity, blocks);
+    row_nnz_kernel<<<grid_for(shape.rows(), kThreads), kThreads, 0, stream>>>(
+        scratch.bits, shape.rows(), shape.row_words, scratch.row_nnz, scratch.identity, blocks);
     WA_CUDA_CHECK(cudaGetLastError());
   }
   plan::PermutedCsrBuffers buffers;

@@ -91,8 +91,6 @@ __global__ void diagonal_sums_kernel(const float* __restrict__ logits, int64_t s
   out[item] += weight * sum;
 }
 
-unsigned grid_for(int64_t items, int threads) { return unsigned((items + threads - 1) / threads); }
-
 }  // namespace
 
 void launch_row_softmax_stats(const float* logits, int64_t stride, int64_t length, int64_t rows, float* row_max,

@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
 
 // Scores of non-similar key blocks leave the softmax: they are kept whole anyway.
 __global__ void mask_columns_kernel(float* __restrict__ scores, const uint8_t* __restrict__ similar_k, int rows,
@@ -97,8 +96,8 @@ void run_sparge(RunContext& context) {
 
     gemm_fp32_nt(context.blas, native_q, native_k, d, float(context.scale), buffers.q_means, d, 0, buffers.k_means, d,
                  0, buffers.scores, native_k, 0, 1);
-    mask_columns_kernel<<<grid_for(map_entries), kThreads, 0, context.stream>>>(buffers.scores, buffers.similar_k,
-                                                                               native_q, native_k);
+    mask_columns_kernel<<<grid_for(map_entries, kThreads), kThreads, 0, context.stream>>>(
+        buffers.scores, buffers.similar_k, native_q, native_k);
     WA_CUDA_CHECK(cudaGetLastError());
     launch_row_softmax(buffers.scores, native_k, native_k, native_q, context.stream);
 
@@ -115,7 +114,7 @@ void run_sparge(RunContext& context) {
       select.fixed_total = methods::kProbabilityMass;
     }
     launch_select(select, context.stream);
-    force_kernel<<<grid_for(map_entries), kThreads, 0, context.stream>>>(
+    force_kernel<<<grid_for(map_entries, kThreads), kThreads, 0, context.stream>>>(
         buffers.native_map, buffers.similar_q, buffers.similar_k, native_q, native_k, options.attention_sink);
     WA_CUDA_CHECK(cudaGetLastError());
     launch_resample(buffers.native_map, native_q, native_k, native, 1, context.blocks, context.config.block,

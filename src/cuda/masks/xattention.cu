@@ -152,7 +152,6 @@ __global__ void block_scores_kernel(const float* __restrict__ mass, int64_t chun
   scores[(first_block + I) * score_columns + J] = sum;
 }
 
-unsigned grid_for(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
 
 }  // namespace
 
@@ -181,12 +180,12 @@ void run_xattention(RunContext& context) {
   const float alpha = float(context.scale / options.stride);
   const int group = methods::xattention_lanes(shape.per_block).group;
   for (int m = 0; m < context.mask_heads; ++m) {
-    pack_kernel<<<grid_for(shape.gemm_keys * width), kThreads, 0, context.stream>>>(
+    pack_kernel<<<grid_for(shape.gemm_keys * width, kThreads), kThreads, 0, context.stream>>>(
         qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.gemm_keys, keys);
     WA_CUDA_CHECK(cudaGetLastError());
     for (int64_t first = 0; first < shape.rows; first += shape.chunk_rows) {
       const int64_t rows = std::min(shape.chunk_rows, shape.rows - first);
-      pack_kernel<<<grid_for(rows * width), kThreads, 0, context.stream>>>(
+      pack_kernel<<<grid_for(rows * width, kThreads), kThreads, 0, context.stream>>>(
           qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, first, rows, queries);
       WA_CUDA_CHECK(cudaGetLastError());
       gemm_16bit_nt(context.blas, qk.element_type, rows, shape.gemm_keys, width, alpha, queries, width, 0, keys,
@@ -195,7 +194,7 @@ void run_xattention(RunContext& context) {
           logits, shape.ld, shape.rows, shape.columns, shape.per_block, shape.score_columns, group, mass);
       WA_CUDA_CHECK(cudaGetLastError());
       const int64_t query_blocks = (rows + shape.per_block - 1) / shape.per_block;
-      block_scores_kernel<<<grid_for(query_blocks * shape.score_columns), kThreads, 0, context.stream>>>(
+      block_scores_kernel<<<grid_for(query_blocks * shape.score_columns, kThreads), kThreads, 0, context.stream>>>(
           mass, rows, shape.per_block, shape.score_columns, first / shape.per_block, query_blocks, scores);
       WA_CUDA_CHECK(cudaGetLastError());
     }
