@@ -1,24 +1,34 @@
 // The sampled rows' scores against every key on the tensor cores, for rows in runs of consecutive queries
 // (FlexPrefill's representative blocks), without materialising the logits: at 363,600 tokens the cuBLAS path
 // writes 745 MB of fp32 logits per head and reads them three times (row statistics, column sums, diagonal
-// sums), ~65 % of FlexPrefill's time on the H200. Here one CTA per (128-key tile, head) keeps its key tile in
-// registers and scores each row block of <= 128 rows twice with mma.sync m16n8k16 (fp32 accumulation, sm_80
-// and later):
+// sums), ~65 % of FlexPrefill's time on the H200. The runs are cut into row blocks of <= 128 rows and every
+// (128-key tile, head) item is scored twice with mma.sync m16n8k16 (fp32 accumulation, sm_80 and later):
 //   pass 1: per (row, key tile) the max of x2 = log2(e) scale q.k and the sum of exp2(x2 - max); a second
 //           kernel combines each row's tiles in ascending tile order into the row's max and sum;
-//   pass 2: p = exp2(x2 - row max) / row sum into a 128 x 128 fp32 tile in shared memory, then one thread per
-//           key sums its column and one per diagonal pair sums along both diagonals, rows in ascending order;
-//           columns add up over the row blocks in ascending order inside the CTA, the diagonal partials of
-//           every (row block, key tile) go to scratch and a last kernel adds them per diagonal (blocks
-//           ascending, then tiles ascending).
+//   pass 2: p = exp2(x2 - row max) / row sum. Column sums come straight from the accumulator registers (a
+//           transposing warp shuffle), diagonal sums from a 64 x 128 fp32 tile in shared memory; columns add
+//           up over the steps in order inside the CTA, the diagonal partials of every (row block, key tile) go
+//           to scratch and a last kernel adds them per diagonal (blocks ascending, then tiles ascending).
 // Every sum has a fixed order and there are no atomics, so the results are the same bits on every run.
 //
-// CTA: 8 warps as 2 row halves (64 rows) x 4 key quarters (32 keys). A warp holds its quarter's B fragments
-// for the whole CTA (d / 16 k-steps x 4 n-tiles x 2 registers: 64 at d = 128) and 64 fp32 accumulators
-// (4 m-tiles x 4 n-tiles), and reads only its rows' A fragments from shared memory: 16 KB per warp and row
-// block, 128 KB per CTA, against 192 KB for 8 warps of 32 x 64 tiles that stream both operands. Row blocks
-// arrive by cp.async into two 16-byte-vector XOR-swizzled tiles (vector c of row r at c ^ (r % 8): the eight
-// rows of one ldmatrix phase hit eight bank groups), the next block loading while the current one is scored.
+// Occupancy. The first form (one CTA per item, 8 warps of 64 x 32, B fragments and 64 accumulators in
+// registers: 207 / 241 registers, pass 2 192 KB of shared memory) held one CTA per SM and ran at 123 / 57
+// TF/s on the H200 (ncu, 8 heads x 512 rows x 363,600 keys, d = 128), likely for want of warps: 8 lock-stepped
+// warps per SM whose product, exp2 and shared-memory phases did not overlap, and every CTA's K-tile load
+// exposed. Now (not yet measured):
+//   - a step scores 64 rows of a row block against the item's 128 keys: 8 warps as 2 row halves (32 rows) x
+//     4 key quarters (32 keys), so a warp holds 32 accumulators next to its quarter's B fragments (d / 16
+//     k-steps x 4 n-tiles x 2 = 64 registers at d = 128) and __launch_bounds__(256, 2) fits (<= 128
+//     registers). Each row's A fragments are still read 4 times per key tile (128 KB of ldmatrix per 128 x
+//     128 x 128 product: 1,024 cycles at 128 B/clk, the same as the first form);
+//   - shared memory for two CTAs per SM: the K tile (32 KB at d = 128), two 64-row slots (2 x 16 KB), and
+//     in pass 2 the probability tile (34 KB) and the steps' row statistics (1 KB): 99 KB (pass 1: 68 KB);
+//   - a persistent grid (SMs x resident CTAs) takes the items at a stride of the grid. The next item's K tile
+//     loads by cp.async from the current item's first step on (complete two steps later), the row slots one
+//     step ahead across item boundaries, so only a CTA's first loads are exposed; the 16 warps of two CTAs
+//     per SM fill each other's barriers and phases (tensor cores, MUFU exp2, shared memory).
+// Rows arrive by cp.async in 16-byte-vector XOR-swizzled tiles (vector c of row r at c ^ (r % 8): the eight
+// rows of one ldmatrix phase hit eight bank groups).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,6 +40,7 @@
 
 #include "core/methods/rules.h"
 #include "cuda/attention/cuda_check.h"
+#include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm80/instructions.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "wavealign/error.h"
@@ -46,17 +57,44 @@ using detail::sm80::mma_16816;
 using detail::sm80::smem_address;
 
 constexpr int kThreads = 256;
-constexpr int kWarpRows = 64;  // rows of one warp: 4 m-tiles of 16
+constexpr int kStepRows = 64;  // rows of one step: a row block's rows 0..63 or 64..127
+constexpr int kWarpRows = 32;  // rows of one warp: 2 m-tiles of 16
 constexpr int kWarpKeys = 32;  // keys of one warp: 4 n-tiles of 8
+constexpr int kRowHalves = kStepRows / kWarpRows;
 constexpr int kKeyQuarters = kFusedTileKeys / kWarpKeys;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;  // delta = q - k takes 255 values in a 128 x 128 tile
-constexpr int kTileFloats = kFusedTileRows * kFusedTileKeys;
-constexpr int kRowPartFloats = kKeyQuarters * kFusedTileRows * 2;  // pass 1: (max, sum) per row and quarter
+// Pass 2's probability tile: 64 rows of 128 floats at a stride of 136. Stride = 8 (mod 32) banks puts the four
+// rows of a half-warp's float2 fragment stores on disjoint bank octets; the 8 spare floats per row hold the
+// column and diagonal exchanges between the CTA's halves (exchange_slot).
+constexpr int kProbabilityStride = kFusedTileKeys + 8;
+constexpr int kWalkStride = kProbabilityStride + 1;  // one row down, one key right: along a diagonal
+constexpr int kProbabilityFloats = kStepRows * kProbabilityStride;
+constexpr int kStatFloats = 2 * kStepRows;                        // pass 2: a step's row maxima, then 1 / sums
+constexpr int kRowPartFloats = kKeyQuarters * kStepRows * 2;       // pass 1: (max, sum) per row and quarter
 constexpr int kFinishThreads = 256;
 constexpr double kLog2e = 1.4426950408889634;
-static_assert(kFusedTileRows == 2 * kWarpRows && kFusedTileKeys == kThreads / 2,
-              "pass 2 sums one column per thread of the first half and two diagonals per thread of the second");
-static_assert(kFusedTileRows == kFusedTileKeys, "the diagonal pairing (e, e + 128) needs a square tile");
+static_assert(kRowHalves * kKeyQuarters * 32 == kThreads, "8 warps: 2 row halves x 4 key quarters");
+static_assert(kFusedTileRows == 2 * kStepRows, "a row block is one or two steps");
+static_assert(kThreads == kRowHalves * kFusedTileKeys, "the diagonal walk: a thread per key and row half");
+static_assert(kStatFloats <= kThreads, "one statistic per thread");
+static_assert(3 * kFusedTileKeys <= kStepRows * (kProbabilityStride - kFusedTileKeys),
+              "the exchanges (128 column and 256 diagonal values) fit the tile's padding");
+
+/// Waits until at most `pending` of this thread's latest cp.async groups are still in flight (2 at most).
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  if (pending >= 2) {
+    cp_async_wait_group<2>();
+  } else if (pending == 1) {
+    cp_async_wait_group<1>();
+  } else {
+    cp_async_wait_group<0>();
+  }
+}
+
+/// 4-byte global -> shared copy; `valid` false fills zeros without reading.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
 
 struct TileParams {
   const uint16_t* k = nullptr;
@@ -69,9 +107,8 @@ struct TileParams {
   FusedRowBlocks blocks;
   int64_t tokens = 0;
   int key_tiles = 0;
+  int items = 0;         // key_tiles x launch heads: item = key tile + key_tiles x head
   float scale_log2 = 0;  // log2(e) x softmax scale
-  int q_stages = 2;      // pass 2: row-block tiles in shared memory (1 or 2)
-  int p_stages = 2;      // pass 2: probability tiles in shared memory (1 or 2)
   float* tile_max = nullptr;
   float* tile_sum = nullptr;
   const float* row_max_log2 = nullptr;
@@ -81,38 +118,118 @@ struct TileParams {
   float* diagonal_partials = nullptr;  // [launch heads, blocks, key_tiles, kTileDiagonals]
 };
 
+/// A CTA's place in its work: an item and the step (row block, 64-row half) scored against it. The steps of
+/// an item are the halves of every block that has rows there, blocks in order; then come the steps of the
+/// CTA's next item, item + gridDim.x.
+struct Step {
+  int item = 0;
+  int block = 0;
+  int half = 0;
+};
+
+__device__ __forceinline__ void next_step(Step& step, const FusedRowBlocks& blocks, int stride) {
+  if (++step.half * kStepRows >= blocks.block[step.block].rows) {
+    step.half = 0;
+    if (++step.block == blocks.count) {
+      step.block = 0;
+      step.item += stride;
+    }
+  }
+}
+
+__device__ __forceinline__ int step_rows(const Step& step, const FusedRowBlocks& blocks) {
+  return min(kStepRows, blocks.block[step.block].rows - kStepRows * step.half);
+}
+
 /// The pieces of one CTA for 16-bit `Element` rows of kHeadDim values.
 template <class Element, int kHeadDim>
 struct FusedTile {
   static constexpr int kVecs = kHeadDim / 8;   // 16-byte vectors per row
   static constexpr int kSteps = kHeadDim / 16;  // k16 steps of the product
-  static constexpr int kTileVectors = kFusedTileRows * kVecs;
+  static constexpr int kKeyVectors = kFusedTileKeys * kVecs;
+  static constexpr int kRowVectors = kStepRows * kVecs;
   static_assert(kVecs >= 8, "the XOR swizzle spans 8 vectors");
 
   __device__ __forceinline__ static int swizzled(int row, int vec) { return row * kVecs + (vec ^ (row & 7)); }
 
-  /// Rows 0 .. 127 of a tile from first[row * stride], rows >= valid zero-filled (never read).
-  __device__ __forceinline__ static void load_async(uint4* tile, const uint16_t* first, int valid, int64_t stride,
-                                                    int tid) {
-    static_assert(kTileVectors % kThreads == 0, "whole vectors per thread");
+  /// The key tile: rows 0 .. 127 from first[row * stride], rows >= valid zero-filled. Thread tid copies
+  /// vector tid % kVecs of rows tid / kVecs + n kRowsPerPass: kRowsPerPass is a multiple of 8, so the swizzle
+  /// is the same in every pass (one shared address + immediates) and the source advances by a running pointer
+  /// (per-pass offsets, hoisted out of the persistent loop, spilled).
+  /// A thread's destination in the key tile and in a row slot (the same swizzled vector): 16 swizzled(tid /
+  /// kVecs, tid % kVecs) bytes, one register for both loaders.
+  __device__ __forceinline__ static uint32_t copy_offset(int tid) { return 16 * swizzled(tid / kVecs, tid % kVecs); }
+
+  __device__ __forceinline__ static void load_keys_async(uint4* tile, const uint16_t* first, int valid,
+                                                         int64_t stride, int tid, uint32_t offset) {
+    constexpr int kRowsPerPass = kThreads / kVecs;
+    static_assert(kRowsPerPass % 8 == 0 && kFusedTileKeys % kRowsPerPass == 0, "whole passes, one swizzle");
+    int row = tid / kVecs;
+    // Opaque to the compiler: the 64-bit source offset is recomputed per item, not kept across the loop (it
+    // spilled at d = 128 on sm_80).
+    asm volatile("" : "+r"(row));
+    const int vec = tid % kVecs;
+    const uint32_t out = smem_address(tile) + offset;
+    const uint16_t* in = first + (row * stride + vec * 8);
 #pragma unroll
-    for (int step = 0; step < kTileVectors / kThreads; ++step) {
-      const int i = tid + step * kThreads;
-      const int row = i / kVecs, vec = i % kVecs;
-      const bool inside = row < valid;
-      const uint16_t* source = inside ? first + row * stride + vec * 8 : first;
-      cp_async_16(smem_address(tile + swizzled(row, vec)), source, inside);
+    for (int pass = 0; pass < kFusedTileKeys / kRowsPerPass; ++pass) {
+      const bool inside = row + pass * kRowsPerPass < valid;
+      cp_async_16(out + pass * kRowsPerPass * kVecs * 16, inside ? in : first, inside);
+      in += kRowsPerPass * stride;
     }
   }
 
-  /// The same with 2-byte loads, for K rows that do not start 16-byte aligned.
+  /// A step's 64 gathered rows (contiguous, kHeadDim apart), rows >= valid zero-filled: vector i = tid + n
+  /// kThreads is row i / kVecs, source element 8 i; only the swizzled destination needs a register.
+  __device__ __forceinline__ static void load_rows_async(uint4* tile, const uint16_t* first, int valid, int tid,
+                                                         uint32_t offset) {
+    static_assert((kThreads / kVecs) % 8 == 0 && kRowVectors % kThreads == 0, "whole passes, one swizzle");
+    const uint32_t out = smem_address(tile) + offset;
+#pragma unroll
+    for (int pass = 0; pass < kRowVectors / kThreads; ++pass) {
+      const int i = tid + pass * kThreads;
+      const bool inside = i < valid * kVecs;
+      cp_async_16(out + pass * kThreads * 16, inside ? first + 8 * i : first, inside);
+    }
+  }
+
+  /// The key tile with 2-byte loads, for K rows that do not start 16-byte aligned: thread tid copies column
+  /// tid % kHeadDim of every (kThreads / kHeadDim)-th row, 8 loads in flight per batch; the batches are a
+  /// rolled loop (fully unrolled, its hoisted addresses spilled).
   __device__ __forceinline__ static void load_scalar(uint4* tile, const uint16_t* first, int valid, int64_t stride,
                                                      int tid) {
+    constexpr int kRowsPerPass = kThreads / kHeadDim, kBatch = 8;
+    static_assert(kFusedTileKeys % (kBatch * kRowsPerPass) == 0, "whole batches");
     uint16_t* out = reinterpret_cast<uint16_t*>(tile);
-    for (int i = tid; i < kFusedTileRows * kHeadDim; i += kThreads) {
-      const int row = i / kHeadDim, column = i % kHeadDim;
-      out[swizzled(row, column / 8) * 8 + column % 8] = row < valid ? first[row * stride + column] : uint16_t(0);
+    const int column = tid % kHeadDim;
+#pragma unroll 1
+    for (int row0 = tid / kHeadDim; row0 < kFusedTileKeys; row0 += kBatch * kRowsPerPass) {
+      uint16_t values[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int row = row0 + b * kRowsPerPass;
+        values[b] = row < valid ? first[row * stride + column] : uint16_t(0);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int row = row0 + b * kRowsPerPass;
+        out[swizzled(row, column / 8) * 8 + column % 8] = values[b];
+      }
     }
+  }
+
+  /// Byte offsets of a thread's ldmatrix rows for k-steps kk = 0..3: the thread addresses row `row` (row % 8 =
+  /// lane % 8 in every use) at vector 2 kk + h, h = 0 or 1, which the swizzle puts at (2 kk) ^ (h ^ lane % 8);
+  /// k-step kk + 4 is the same + 128 bytes, as the XOR leaves vector bit 3 alone. Four registers instead of an
+  /// XOR per fragment.
+  __device__ __forceinline__ static void fragment_offsets(uint32_t (&offsets)[4], int row, int h, int lane) {
+    const int v0 = h ^ (lane & 7);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) offsets[i] = uint32_t(16 * (row * kVecs + ((2 * i) ^ v0)));
+  }
+  __device__ __forceinline__ static uint32_t fragment_address(uint32_t tile, const uint32_t (&offsets)[4], int kk,
+                                                              int row_offset) {
+    return tile + offsets[kk % 4] + 128 * (kk / 4) + 16 * kVecs * row_offset;
   }
 
   /// B fragments of the warp's 32 keys for every k-step. K rows are keys with head_dim contiguous, the
@@ -120,38 +237,38 @@ struct FusedTile {
   /// are (b0, b1) of n-tile 2np and (b0, b1) of n-tile 2np + 1.
   __device__ __forceinline__ static void load_key_fragments(uint32_t (&keys)[kSteps][4][2], const uint4* tile,
                                                             int quarter, int lane) {
-    const int key_in_pair = (lane >> 4) * 8 + (lane & 7);
-    const int vec_half = (lane >> 3) & 1;
+    uint32_t offsets[4];
+    fragment_offsets(offsets, quarter * kWarpKeys + (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1, lane);
+    const uint32_t base = smem_address(tile);
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        const int key = quarter * kWarpKeys + np * 16 + key_in_pair;
-        ldmatrix_x4(smem_address(tile + swizzled(key, 2 * kk + vec_half)), keys[kk][2 * np][0], keys[kk][2 * np][1],
+      for (int np = 0; np < 2; ++np)
+        ldmatrix_x4(fragment_address(base, offsets, kk, 16 * np), keys[kk][2 * np][0], keys[kk][2 * np][1],
                     keys[kk][2 * np + 1][0], keys[kk][2 * np + 1][1]);
-      }
   }
 
-  /// acc[mt][nt] = the warp's 64 x 32 block of Q K^T: rows 64 half + 16 mt + (lane / 4, + 8), keys 32 quarter
-  /// + 8 nt + 2 (lane % 4) (+ 1). A warp whose rows are all past the block's valid rows skips the product.
-  __device__ __forceinline__ static void score(float (&acc)[4][4][4], const uint4* tile,
-                                               const uint32_t (&keys)[kSteps][4][2], int half, int lane,
+  /// acc[mt][nt] = the warp's 32 x 32 block of Q K^T: step rows 32 half + 16 mt + (lane / 4, + 8), keys 32
+  /// quarter + 8 nt + 2 (lane % 4) (+ 1). A warp whose rows are all past the step's valid rows skips it.
+  /// `offsets`: fragment_offsets of row 32 half + lane % 16 at h = lane / 16 (ldmatrix.x4: lanes 0-15 address
+  /// rows 0-15 at the k-step's first 8 columns, lanes 16-31 the next 8).
+  __device__ __forceinline__ static void score(float (&acc)[2][4][4], const uint4* tile,
+                                               const uint32_t (&offsets)[4], const uint32_t (&keys)[kSteps][4][2],
                                                bool active) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[mt][nt][c] = 0.0f;
     if (!active) return;
+    const uint32_t base = smem_address(tile);
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        // ldmatrix.x4: lanes 0-15 address rows 0-15 at the step's first 8 columns, lanes 16-31 the next 8.
+      for (int mt = 0; mt < 2; ++mt) {
         uint32_t a[4];
-        const int row = half * kWarpRows + mt * 16 + (lane & 15);
-        ldmatrix_x4(smem_address(tile + swizzled(row, 2 * kk + (lane >> 4))), a[0], a[1], a[2], a[3]);
+        ldmatrix_x4(fragment_address(base, offsets, kk, 16 * mt), a[0], a[1], a[2], a[3]);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) mma_16816<Element>(acc[mt][nt], a, keys[kk][nt][0], keys[kk][nt][1]);
       }
@@ -168,11 +285,11 @@ __device__ inline void combine_log2(float& top, float& sum, float other_top, flo
 
 /// Pass 1's epilogue: each warp's (max, sum) over its 32 keys for each of its rows, into parts[quarter][row].
 /// Keys past the sequence are -inf (an all-masked quarter gives (-inf, 0)).
-__device__ __forceinline__ void stage_row_parts(const float (&acc)[4][4][4], float* parts, int half, int quarter,
-                                                int lane, int64_t key0, int64_t tokens, float scale_log2) {
+__device__ __forceinline__ void stage_row_parts(const float (&acc)[2][4][4], float* parts, int half, int quarter,
+                                                int lane, int keys, float scale_log2) {
   const int group = lane >> 2, pair = lane & 3;
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int upper = 0; upper < 2; ++upper) {
       float x[8];
@@ -181,9 +298,9 @@ __device__ __forceinline__ void stage_row_parts(const float (&acc)[4][4][4], flo
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-          const int64_t key = key0 + quarter * kWarpKeys + nt * 8 + 2 * pair + b;
+          const int key = quarter * kWarpKeys + nt * 8 + 2 * pair + b;
           // __fmul_rn: the same rounded x in both passes (no FMA contraction into the exp's argument).
-          const float value = key < tokens ? __fmul_rn(acc[mt][nt][2 * upper + b], scale_log2) : -INFINITY;
+          const float value = key < keys ? __fmul_rn(acc[mt][nt][2 * upper + b], scale_log2) : -INFINITY;
           x[nt * 2 + b] = value;
           top = fmaxf(top, value);
         }
@@ -197,177 +314,323 @@ __device__ __forceinline__ void stage_row_parts(const float (&acc)[4][4][4], flo
       sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
       if (pair == 0) {
         const int row = half * kWarpRows + mt * 16 + group + 8 * upper;
-        parts[(quarter * kFusedTileRows + row) * 2] = top;
-        parts[(quarter * kFusedTileRows + row) * 2 + 1] = sum;
+        parts[(quarter * kStepRows + row) * 2] = top;
+        parts[(quarter * kStepRows + row) * 2 + 1] = sum;
       }
     }
 }
 
-/// Probability tiles are row-major, 128 floats a row, with column k of row i at k ^ 8 (i % 4): a half-warp's
-/// float2 stores of one C fragment (rows g = 0..3, columns 2q) then cover 32 distinct banks, and reads of 32
-/// consecutive columns of one row (mod 128) stay conflict-free under any XOR below 32.
-__device__ __forceinline__ int probability_index(int row, int key) {
-  return row * kFusedTileKeys + (key ^ ((row & 3) << 3));
+/// The key (of the warp's 32) whose column sum lane `lane` holds after reduce_columns.
+__device__ __forceinline__ int column_key(int lane) {
+  const int group = lane >> 2;
+  return 8 * (group >> 1) + 2 * (lane & 3) + (group & 1);
 }
 
-/// Pass 2's epilogue: p = exp2(x2 - row max) / row sum into the tile; rows past the block and keys past the
-/// sequence are 0.
-__device__ __forceinline__ void stage_probabilities(const float (&acc)[4][4][4], float* tile,
-                                                    const float (&shift)[4][2], const float (&inverse)[4][2],
-                                                    int rows, int half, int quarter, int lane, int64_t key0,
-                                                    int64_t tokens, float scale_log2) {
-  const int group = lane >> 2, pair = lane & 3;
+/// v[2 nt + b] = this lane's sum over its 4 rows of key 8 nt + 2 (lane % 4) + b; the 8 lanes of one lane % 4
+/// share those keys. Three exchange rounds over the lane bits 4, 3, 2 halve the values a lane keeps (it sends
+/// the half its partner keeps): 7 shuffles, and lane ends with the 32-row sum of key column_key(lane).
+template <int kWidth>
+__device__ __forceinline__ void reduce_columns_round(float (&v)[8], int lane) {
+  const bool upper = (lane & (kWidth << 2)) != 0;
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
+  for (int k = 0; k < kWidth; ++k) {
+    const float send = upper ? v[k] : v[k + kWidth];
+    const float keep = upper ? v[k + kWidth] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kWidth << 2);
+  }
+}
+__device__ __forceinline__ float reduce_columns(float (&v)[8], int lane) {
+  reduce_columns_round<4>(v, lane);
+  reduce_columns_round<2>(v, lane);
+  reduce_columns_round<1>(v, lane);
+  return v[0];
+}
+
+/// Pass 2's epilogue: p = exp2(x2 - row max) x (1 / row sum) into the tile (rows past the step and keys past
+/// the sequence 0, as the diagonal walk reads them); returns the warp's 32-row sum of key column_key(lane).
+/// `stats`: the step's row maxima, then the inverted sums, read where used (8 registers fewer than holding
+/// them, which kept d = 128 under 128 registers without spills).
+__device__ __forceinline__ float stage_probabilities(const float (&acc)[2][4][4], float* tile, const float* stats,
+                                                     int rows, int half, int quarter, int lane, int keys,
+                                                     float scale_log2) {
+  const int group = lane >> 2, pair = lane & 3;
+  float column[8] = {};
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int upper = 0; upper < 2; ++upper) {
       const int row = half * kWarpRows + mt * 16 + group + 8 * upper;
       const bool valid = row < rows;
+      const float shift = stats[row], inverse = stats[kStepRows + row];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int key = quarter * kWarpKeys + nt * 8 + 2 * pair;
+        // exp2 for every element, then a select: rows past the step and keys past the sequence score zero-filled
+        // operands against zeroed statistics (finite), and a conditional exp2 compiled to a branch per element.
+        const float x = exp2f(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift) * inverse;
+        const float y = exp2f(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift) * inverse;
         float2 p;
-        p.x = valid && key0 + key < tokens
-                  ? exp2f(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift[mt][upper]) * inverse[mt][upper]
-                  : 0.0f;
-        p.y = valid && key0 + key + 1 < tokens
-                  ? exp2f(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift[mt][upper]) * inverse[mt][upper]
-                  : 0.0f;
-        *reinterpret_cast<float2*>(tile + probability_index(row, key)) = p;
+        p.x = valid && key < keys ? x : 0.0f;
+        p.y = valid && key + 1 < keys ? y : 0.0f;
+        *reinterpret_cast<float2*>(tile + row * kProbabilityStride + key) = p;
+        column[2 * nt] += p.x;
+        column[2 * nt + 1] += p.y;
       }
     }
+  return reduce_columns(column, lane);
 }
 
-/// Pass 2's sums over the block's valid rows in ascending order. Threads 0..127: column `tid`, added to the
-/// CTA's running column total. Threads 128..255: e = tid - 128 walks, row i, key (i - e - 1) mod 128 (one
-/// element of each row, 32 consecutive keys per warp: conflict-free): rows i <= e lie on tile diagonal e
-/// (i - k = e - 127), rows i > e on diagonal e + 128 (i - k = e + 1); together the 128 threads read the tile
-/// once.
-__device__ __forceinline__ void sum_probabilities(const float* tile, int rows, int tid, float& column_total,
-                                                  float* diagonal_out) {
-  if (tid < kFusedTileKeys) {
-    float sum = 0;
+/// Exchange slot n (< 512) in the probability tile's padding: floats 128..135 of row n / 8. Neither the
+/// staging nor the walk touches them; 32 consecutive slots span 4 rows, 32 banks.
+__device__ __forceinline__ int exchange_slot(int n) {
+  return (n >> 3) * kProbabilityStride + kFusedTileKeys + (n & 7);
+}
+
+/// Pass 2's diagonal sums over one step's tile. Thread 128 r + t walks the rows i = 32 r .. 32 r + 31 at key
+/// (i - c - 1) mod 128, c = t - 64 step_half: 32 consecutive keys of one row per warp (conflict-free), one
+/// element of each row. The block's tile diagonal (i_block - k + 127) is then t for rows i <= c ("lower")
+/// and t + 128 for rows i > c ("upper"), in both halves of the block, so each thread keeps two sums per row
+/// block and the 256 threads read the tile once. Since c - lane and 32 r are multiples of 32, a warp's rows
+/// are all upper (c - lane < 32 r), all lower (> 32 r), or split at row 32 r + lane (=): only the split warps
+/// (2 of 8 per step) select per element. Rows past the step read the staged zeros; a half without rows skips.
+__device__ __forceinline__ void walk_diagonals(const float* tile, int tid, int step_half, int rows, float& lower,
+                                               float& upper) {
+  const int t = tid % kFusedTileKeys, r = tid / kFusedTileKeys, lane = tid & 31;
+  const int first = kWarpRows * r;
+  if (first >= rows) return;
+  const int c = t - kStepRows * step_half;
+  const int warp_c = c - lane;
+  const int upper_base = first * kWalkStride - c - 1;  // row first + j, key first + j - c - 1
+  const int lower_base = upper_base + kFusedTileKeys;  // the same + 128
+  if (warp_c < first) {
 #pragma unroll 8
-    for (int i = 0; i < rows; ++i) sum += tile[probability_index(i, tid)];
-    column_total += sum;
-    return;
-  }
-  const int e = tid - kFusedTileKeys;
-  float lower = 0, upper = 0;
+    for (int j = 0; j < kWarpRows; ++j) upper += tile[upper_base + j * kWalkStride];
+  } else if (warp_c > first) {
 #pragma unroll 8
-  for (int i = 0; i < rows; ++i) {
-    const float value = tile[probability_index(i, (i - e - 1) & (kFusedTileKeys - 1))];
-    if (i <= e) {
-      lower += value;
-    } else {
-      upper += value;
+    for (int j = 0; j < kWarpRows; ++j) lower += tile[lower_base + j * kWalkStride];
+  } else {
+#pragma unroll 8
+    for (int j = 0; j < kWarpRows; ++j) {
+      const bool below = j <= lane;
+      const float value = tile[(below ? lower_base : upper_base) + j * kWalkStride];
+      if (below) {
+        lower += value;
+      } else {
+        upper += value;
+      }
     }
   }
-  diagonal_out[e] = lower;
-  if (e + kFusedTileKeys < kTileDiagonals) diagonal_out[e + kFusedTileKeys] = upper;
 }
 
-/// One CTA per (key tile, head of the launch); kSums selects pass 2. Shared memory: the row-block tiles
-/// (q_stages of them), then pass 1's row parts (2 x 4 KB) or pass 2's probability tiles (p_stages x 64 KB).
-/// The key tile is staged once in the second row-block tile (pass 1) or the first probability tile (pass 2).
+/// A persistent CTA: items blockIdx.x, + gridDim.x, ...; kSums selects pass 2. Shared memory: the item's key
+/// tile, two 64-row slots, then pass 1's row parts (2 x 2 KB) or pass 2's row statistics (2 x 512 B) and
+/// probability tile (34 KB).
 ///
-/// Per row block j the loop has one barrier (two when a stage count is 1): after the product and the staging
-/// of block j. It makes block j's stage and block j + 1's rows visible, and frees block j's row tile for block
-/// j + 2, so that a warp done with block j's sums starts block j + 1's product while others still sum.
+/// Loads: after its last barrier, step s refills its slot (s % 2) with step s + 2's rows (and, pass 2, their
+/// max and sum), across item boundaries; an item's first step also loads the next item's K tile (every warp
+/// has its B fragments by then; a one-step item adds a barrier). Every thread commits the same cp.async
+/// groups and, before the last barrier of each step, waits for the groups the next step needs: its rows, and
+/// at an item's last step the next key tile (the group order completes it two steps after its issue anyway).
+///
+/// Barriers per step: pass 1 one, after the product and staging (the row parts are double-buffered); pass 2
+/// two: (1) after the product (the last step's walk is done with the tile), (2) after staging (the tile and the
+/// next step's rows are visible; the slot's rows, read by the product, and statistics, read by the staging,
+/// are free). Between (2) and the next step's (1) a warp walks the diagonals and starts the next product while
+/// others still walk.
 template <class Element, int kHeadDim, bool kSums>
-__global__ void __launch_bounds__(kThreads, 1) fused_tile_kernel(const __grid_constant__ TileParams params) {
+__global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_constant__ TileParams params) {
   using Tile = FusedTile<Element, kHeadDim>;
   extern __shared__ uint4 shared[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int half = warp / kKeyQuarters, quarter = warp % kKeyQuarters;
-  const int key_tile = blockIdx.x, head = blockIdx.y;
-  const int64_t key0 = int64_t(key_tile) * kFusedTileKeys;
-  const int keys = int(min(int64_t(kFusedTileKeys), params.tokens - key0));
-  const int q_stages = kSums ? params.q_stages : 2;
-  const int p_stages = kSums ? params.p_stages : 2;
-  const int stage_floats = kSums ? kTileFloats : kRowPartFloats;
-  const int blocks = params.blocks.count;
-  const int mask_head = params.first_head + head;
-  const uint16_t* key_rows = params.k + (mask_head / params.heads) * params.k_batch_stride +
-                             (mask_head % params.heads) * params.k_head_stride + key0 * params.k_token_stride;
-  const uint16_t* rows = params.rows + int64_t(head) * params.count * kHeadDim;
-  uint4* row_tiles = shared;
-  float* stages = reinterpret_cast<float*>(shared + q_stages * Tile::kTileVectors);
-  uint4* key_staging = kSums ? reinterpret_cast<uint4*>(stages) : row_tiles + Tile::kTileVectors;
-  auto load_block = [&](int j, int slot) {
-    const FusedRowBlock& block = params.blocks.block[j];
-    Tile::load_async(row_tiles + slot * Tile::kTileVectors, rows + int64_t(block.first_row) * kHeadDim, block.rows,
-                     kHeadDim, tid);
-    cp_async_commit();
+  const int stride = int(gridDim.x), items = params.items, count = params.count, key_tiles = params.key_tiles;
+  uint4* key_tile_smem = shared;
+  uint4* row_slots = shared + Tile::kKeyVectors;
+  float* extra = reinterpret_cast<float*>(row_slots + 2 * Tile::kRowVectors);
+  float* parts = extra;                          // pass 1: [2][kRowPartFloats]
+  float* stats = extra;                          // pass 2: [2][kStatFloats]
+  float* probabilities = extra + 2 * kStatFloats;  // pass 2: [kStepRows][kProbabilityStride]
+
+  const uint32_t copy_offset = Tile::copy_offset(tid);
+  auto load_keys = [&](int item) {
+    const int key_tile = item % key_tiles, mask_head = params.first_head + item / key_tiles;
+    const int64_t key0 = int64_t(key_tile) * kFusedTileKeys;
+    const int valid = int(min(int64_t(kFusedTileKeys), params.tokens - key0));
+    const uint16_t* first = params.k + (mask_head / params.heads) * params.k_batch_stride +
+                            (mask_head % params.heads) * params.k_head_stride + key0 * params.k_token_stride;
+    if (params.k_vectors) {
+      Tile::load_keys_async(key_tile_smem, first, valid, params.k_token_stride, tid, copy_offset);
+    } else {
+      Tile::load_scalar(key_tile_smem, first, valid, params.k_token_stride, tid);
+    }
+  };
+  auto load_rows = [&](const Step& step, int slot) {
+    const int head = step.item / key_tiles;
+    const int first = params.blocks.block[step.block].first_row + kStepRows * step.half;
+    const int valid = step_rows(step, params.blocks);
+    const int64_t at = int64_t(head) * count + first;
+    Tile::load_rows_async(row_slots + slot * Tile::kRowVectors, params.rows + at * kHeadDim, valid, tid,
+                          copy_offset);
+    if constexpr (kSums) {
+      if (tid < kStatFloats) {
+        const int row = tid % kStepRows;
+        const float* source = (tid < kStepRows ? params.row_max_log2 : params.row_sum) + at;
+        cp_async_4(smem_address(stats + slot * kStatFloats + tid), row < valid ? source + row : source, row < valid);
+      }
+    }
+  };
+  // Pass 2 keeps 1 / row sum: the thread that loaded a sum turns it over once its own copy has landed.
+  auto invert_sums = [&](const Step& step, int slot) {
+    if constexpr (kSums) {
+      if (tid >= kStepRows && tid < kStatFloats && tid - kStepRows < step_rows(step, params.blocks)) {
+        float& sum = stats[slot * kStatFloats + tid];
+        sum = 1.0f / sum;
+      }
+    }
   };
 
-  if (params.k_vectors) {
-    Tile::load_async(key_staging, key_rows, keys, params.k_token_stride, tid);
-  } else {
-    Tile::load_scalar(key_staging, key_rows, keys, params.k_token_stride, tid);
-  }
-  load_block(0, 0);
-  if (kSums && q_stages == 2 && blocks > 1) {
-    load_block(1, 1);
-    cp_async_wait_group<1>();
-  } else {
-    cp_async_wait_group<0>();
-  }
+  Step step{int(blockIdx.x), 0, 0};
+  if (step.item >= items) return;
+  Step ahead = step;
+  int committed = 0;  // cp.async groups committed by every thread
+  load_keys(step.item);
+  load_rows(ahead, 0);
+  cp_async_commit();
+  ++committed;
+  next_step(ahead, params.blocks, stride);
+  if (ahead.item < items) load_rows(ahead, 1);
+  cp_async_commit();
+  int next_rows_group = committed++;  // the group of the next step's rows
+  int key_group = 0;                  // the group of the next item's key tile
+  next_step(ahead, params.blocks, stride);
+  cp_async_wait_group<1>();
+  invert_sums(step, 0);
   __syncthreads();
-  uint32_t key_fragments[Tile::kSteps][4][2];
-  Tile::load_key_fragments(key_fragments, key_staging, quarter, lane);
-  __syncthreads();
-  if (!kSums && blocks > 1) load_block(1, 1);
 
-  float column_total = 0;
-  for (int j = 0; j < blocks; ++j) {
-    const FusedRowBlock& block = params.blocks.block[j];
-    if (j > 0 && (q_stages == 1 || p_stages == 1)) {
-      if (q_stages == 1) cp_async_wait_all();
+  uint32_t key_fragments[Tile::kSteps][4][2];
+  uint32_t row_offsets[4];
+  Tile::fragment_offsets(row_offsets, half * kWarpRows + (lane & 15), lane >> 4, lane);
+  float column_total = 0, lower = 0, upper = 0;
+  // Pass 2, threads < 128: the row block whose partials wait for the next barrier (-1: none), a block of the
+  // previous step's item (an int: a pointer here spilled at d = 128 on sm_80).
+  int pending_block = -1;
+  auto store_diagonals = [&](int item) {
+    if (pending_block < 0) return;
+    float* out = params.diagonal_partials +
+                 ((int64_t(item / key_tiles) * params.blocks.count + pending_block) * key_tiles + item % key_tiles) *
+                     kTileDiagonals;
+    out[tid] = lower + probabilities[exchange_slot(kFusedTileKeys + tid)];
+    if (tid + kFusedTileKeys < kTileDiagonals)
+      out[tid + kFusedTileKeys] = upper + probabilities[exchange_slot(2 * kFusedTileKeys + tid)];
+    lower = upper = 0;
+    pending_block = -1;
+  };
+  int key_tile = 0, head = 0, keys = 0;
+  for (int g = 0;; ++g) {
+    const int slot = g & 1;
+    const bool first = step.block == 0 && step.half == 0;
+    Step following = step;
+    next_step(following, params.blocks, stride);
+    const bool more = following.item < items, item_ends = following.item != step.item;
+    const bool next_keys = first && step.item + stride < items;  // this item loads the next one's key tile
+    if (first) {
+      key_tile = step.item % key_tiles;
+      head = step.item / key_tiles;
+      keys = int(min(int64_t(kFusedTileKeys), params.tokens - int64_t(key_tile) * kFusedTileKeys));
+      Tile::load_key_fragments(key_fragments, key_tile_smem, quarter, lane);
+      if (item_ends && next_keys) {
+        // A one-step item has no barrier between its fragment loads and its wait: free the key tile here.
+        __syncthreads();
+        load_keys(step.item + stride);
+        cp_async_commit();
+        key_group = committed++;
+      }
+    }
+    const FusedRowBlock& block = params.blocks.block[step.block];
+    const int rows = min(kStepRows, block.rows - kStepRows * step.half);
+    float acc[2][4][4];
+    Tile::score(acc, row_slots + slot * Tile::kRowVectors, row_offsets, key_fragments, half * kWarpRows < rows);
+    // Before the step's last barrier: the groups the next step needs (its rows, at an item's end the next key
+    // tile) have landed; pass 2 inverts the next step's row sums.
+    auto wait_next = [&] {
+      if (!more) return;
+      cp_async_wait_pending(committed - 1 - (item_ends ? max(next_rows_group, key_group) : next_rows_group));
+      invert_sums(following, slot ^ 1);
+    };
+    // After it: slot `slot` (free: every product of this step is done) takes the step after next, and at an
+    // item's first step the key tile (free: every warp has its B fragments) the next item's.
+    auto refill = [&] {
+      if (ahead.item < items) load_rows(ahead, slot);
+      cp_async_commit();
+      next_rows_group = committed++;
+      next_step(ahead, params.blocks, stride);
+      if (next_keys && !item_ends) {
+        load_keys(step.item + stride);
+        cp_async_commit();
+        key_group = committed++;
+      }
+    };
+    if constexpr (!kSums) {
+      // Every warp stages (an inactive one garbage that is never read): a branch around the shuffles would not
+      // be warp-uniform to the compiler.
+      float* step_parts = parts + slot * kRowPartFloats;
+      stage_row_parts(acc, step_parts, half, quarter, lane, keys, params.scale_log2);
+      wait_next();
       __syncthreads();
-    }
-    float shift[4][2] = {}, inverse[4][2] = {};
-    if constexpr (kSums) {
-      // The rows' statistics, loaded ahead of the product.
+      refill();
+      if (tid < rows) {
+        float top = step_parts[tid * 2], sum = step_parts[tid * 2 + 1];
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int upper = 0; upper < 2; ++upper) {
-          const int row = half * kWarpRows + mt * 16 + (lane >> 2) + 8 * upper;
-          const int64_t at = int64_t(head) * params.count + block.first_row + row;
-          shift[mt][upper] = row < block.rows ? params.row_max_log2[at] : 0.0f;
-          inverse[mt][upper] = row < block.rows ? 1.0f / params.row_sum[at] : 0.0f;
-        }
-    }
-    float acc[4][4][4];
-    Tile::score(acc, row_tiles + (j % q_stages) * Tile::kTileVectors, key_fragments, half, lane,
-                half * kWarpRows < block.rows);
-    float* stage = stages + (j % p_stages) * stage_floats;
-    if constexpr (kSums) {
-      stage_probabilities(acc, stage, shift, inverse, block.rows, half, quarter, lane, key0, params.tokens,
-                          params.scale_log2);
+        for (int q = 1; q < kKeyQuarters; ++q)
+          combine_log2(top, sum, step_parts[(q * kStepRows + tid) * 2], step_parts[(q * kStepRows + tid) * 2 + 1]);
+        const int64_t at =
+            (int64_t(head) * key_tiles + key_tile) * count + block.first_row + kStepRows * step.half + tid;
+        params.tile_max[at] = top;
+        params.tile_sum[at] = sum;
+      }
     } else {
-      stage_row_parts(acc, stage, half, quarter, lane, key0, params.tokens, params.scale_log2);
+      __syncthreads();  // (1)
+      store_diagonals(first ? step.item - stride : step.item);
+      column_total += stage_probabilities(acc, probabilities, stats + slot * kStatFloats, rows, half, quarter,
+                                          lane, keys, params.scale_log2);
+      const int key = quarter * kWarpKeys + column_key(lane);
+      if (item_ends && half == 1) {
+        probabilities[exchange_slot(key)] = column_total;
+        column_total = 0;
+      }
+      wait_next();
+      __syncthreads();  // (2)
+      if (item_ends && half == 0) {
+        // Columns: the item's steps in order per row half, then half 0 + half 1.
+        const float total = column_total + probabilities[exchange_slot(key)];
+        if (key < keys)
+          params.columns[int64_t(head) * params.tokens + int64_t(key_tile) * kFusedTileKeys + key] =
+              params.weight * total;
+        column_total = 0;
+      }
+      refill();
+      walk_diagonals(probabilities, tid, step.half, rows, lower, upper);
+      if (kStepRows * (step.half + 1) >= block.rows) {
+        // The block's last step: threads 128 + t hand their sums to thread t, which adds them after the next
+        // barrier (diagonal e = lower of rows 0-31 and 64-95, + those of rows 32-63 and 96-127).
+        if (tid >= kFusedTileKeys) {
+          const int t = tid - kFusedTileKeys;
+          probabilities[exchange_slot(kFusedTileKeys + t)] = lower;
+          probabilities[exchange_slot(2 * kFusedTileKeys + t)] = upper;
+          lower = upper = 0;
+        } else {
+          pending_block = step.block;
+        }
+      }
     }
-    cp_async_wait_all();
-    __syncthreads();
-    if (q_stages == 2 && j + 2 < blocks) load_block(j + 2, j & 1);
-    if (q_stages == 1 && j + 1 < blocks) load_block(j + 1, 0);
-    if constexpr (kSums) {
-      float* diagonal_out =
-          params.diagonal_partials + ((int64_t(head) * blocks + j) * params.key_tiles + key_tile) * kTileDiagonals;
-      sum_probabilities(stage, block.rows, tid, column_total, diagonal_out);
-    } else if (tid < kFusedTileRows && tid < block.rows) {
-      float top = stage[tid * 2], sum = stage[tid * 2 + 1];
-#pragma unroll
-      for (int q = 1; q < kKeyQuarters; ++q)
-        combine_log2(top, sum, stage[(q * kFusedTileRows + tid) * 2], stage[(q * kFusedTileRows + tid) * 2 + 1]);
-      const int64_t at = (int64_t(head) * params.key_tiles + key_tile) * params.count + block.first_row + tid;
-      params.tile_max[at] = top;
-      params.tile_sum[at] = sum;
-    }
+    if (!more) break;
+    step = following;
   }
-  if (kSums && tid < keys) params.columns[int64_t(head) * params.tokens + key0 + tid] = params.weight * column_total;
+  if constexpr (kSums) {
+    __syncthreads();
+    store_diagonals(step.item);
+  }
+  cp_async_wait_all();
 }
 
 // A (head, row) per lane and 32 segments of its key tiles per thread block (threadIdx.y): each thread merges
@@ -429,40 +692,45 @@ __global__ void diagonal_finish_kernel(const float* __restrict__ partials,
 }
 
 
+/// Shared memory of one CTA: the key tile and two row slots, then pass 1's row parts or pass 2's row statistics
+/// and probability tile. d = 128: pass 1 69,632 bytes, pass 2 101,376 (two CTAs per SM on the H200's 228 KB,
+/// and within a 99 KB part's per-block limit); d = 64: 36,864 and 68,608.
+template <int kHeadDim, bool kSums>
+constexpr int pass_shared_bytes() {
+  constexpr int operands = (kFusedTileKeys + 2 * kStepRows) * kHeadDim * 2;
+  return operands + int(sizeof(float)) * (kSums ? 2 * kStatFloats + kProbabilityFloats : 2 * kRowPartFloats);
+}
+
+template <class Element, int kHeadDim, bool kSums>
+struct PassTag {};
+
+/// One pass on a persistent grid of (SMs x resident CTAs) CTAs, at most one per item.
+template <class Element, int kHeadDim, bool kSums>
+void launch_pass(const TileParams& params, int shared_limit, cudaStream_t stream) {
+  constexpr int kBytes = pass_shared_bytes<kHeadDim, kSums>();
+  if (kBytes > shared_limit)
+    throw Error(::wavealign::detail::concat("the fused scoring needs ", kBytes,
+                                            " bytes of shared memory, the device has ", shared_limit));
+  auto* kernel = fused_tile_kernel<Element, kHeadDim, kSums>;
+  const int grid =
+      detail::persistent_grid<PassTag<Element, kHeadDim, kSums>>(kernel, kThreads, kBytes, params.items);
+  kernel<<<unsigned(grid), kThreads, kBytes, stream>>>(params);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
 template <class Element, int kHeadDim>
 void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bool two_sided, float* diagonals,
                    cudaStream_t stream) {
-  constexpr size_t kRowTileBytes = size_t(kFusedTileRows) * kHeadDim * 2;
   int device = 0, shared_limit = 0;
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t pass1_bytes = 2 * kRowTileBytes + kRowPartFloats * 2 * sizeof(float);
-  // Pass 2 takes the most stages that fit: 2 + 2 is 192 KB at d = 128 (the H200's 227 KB); an A100 (163 KB)
-  // keeps one probability tile there, a 99 KB part one of each.
-  const int stage_choices[4][2] = {{2, 2}, {1, 2}, {2, 1}, {1, 1}};
-  size_t pass2_bytes = 0;
-  for (const auto& choice : stage_choices) {
-    pass2_bytes = choice[0] * kRowTileBytes + choice[1] * kTileFloats * sizeof(float);
-    params.q_stages = choice[0];
-    params.p_stages = choice[1];
-    if (pass2_bytes <= size_t(shared_limit)) break;
-  }
-  if (pass2_bytes > size_t(shared_limit))
-    throw Error(::wavealign::detail::concat("the fused scoring needs ", pass2_bytes,
-                                            " bytes of shared memory, the device has ", shared_limit));
-  auto* pass1 = fused_tile_kernel<Element, kHeadDim, false>;
-  auto* pass2 = fused_tile_kernel<Element, kHeadDim, true>;
-  WA_CUDA_CHECK(cudaFuncSetAttribute(pass1, cudaFuncAttributeMaxDynamicSharedMemorySize, int(pass1_bytes)));
-  WA_CUDA_CHECK(cudaFuncSetAttribute(pass2, cudaFuncAttributeMaxDynamicSharedMemorySize, int(pass2_bytes)));
-  const dim3 grid(unsigned(scratch.key_tiles), unsigned(heads));
-  pass1<<<grid, kThreads, pass1_bytes, stream>>>(params);
-  WA_CUDA_CHECK(cudaGetLastError());
+  params.items = scratch.key_tiles * heads;  // <= INT_MAX / 2: carve_fused_scratch
+  launch_pass<Element, kHeadDim, false>(params, shared_limit, stream);
   const int count = scratch.blocks.rows;
   row_stats_finish_kernel<<<unsigned((int64_t(heads) * count + 31) / 32), dim3(32, kFinishSegments), 0, stream>>>(
       scratch.tile_max, scratch.tile_sum, heads, count, scratch.key_tiles, scratch.row_max_log2, scratch.row_sum);
   WA_CUDA_CHECK(cudaGetLastError());
-  pass2<<<grid, kThreads, pass2_bytes, stream>>>(params);
-  WA_CUDA_CHECK(cudaGetLastError());
+  launch_pass<Element, kHeadDim, true>(params, shared_limit, stream);
   diagonal_finish_kernel<<<grid_for(int64_t(heads) * methods::diagonal_count(params.tokens, two_sided), kFinishThreads),
                            kFinishThreads, 0, stream>>>(scratch.diagonal_partials, scratch.blocks, heads, params.tokens,
                                                         scratch.key_tiles, two_sided, params.weight, diagonals);
@@ -489,15 +757,17 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
   scratch.blocks = blocks;
   scratch.heads = heads;
   const int64_t key_tiles = (tokens + kFusedTileKeys - 1) / kFusedTileKeys;
-  WA_CHECK_ARG(key_tiles <= INT_MAX, "tokens", "too long for the fused scoring's grid: ", tokens);
+  // Items (key tile, head) of one launch and their grid-stride successors stay below INT_MAX.
+  constexpr int64_t kMaxItems = INT_MAX / 2;
+  WA_CHECK_ARG(key_tiles <= kMaxItems, "tokens", "too long for the fused scoring's grid: ", tokens);
   scratch.key_tiles = int(key_tiles);
   const size_t rows = size_t(blocks.rows);
   const size_t tile_floats = size_t(key_tiles) * rows;
   const size_t diagonal_floats = size_t(blocks.count) * size_t(key_tiles) * kTileDiagonals;
   const size_t per_head = (2 * tile_floats + 2 * rows + diagonal_floats) * sizeof(float);
-  constexpr size_t kMaxGridHeads = 65535;  // grid.y
+  const size_t max_heads = size_t(kMaxItems / std::max<int64_t>(key_tiles, 1));
   scratch.batch_heads =
-      int(std::clamp<size_t>(MaskGenerator::kLogitChunkBytes / per_head, 1, std::min<size_t>(heads, kMaxGridHeads)));
+      int(std::clamp<size_t>(MaskGenerator::kLogitChunkBytes / per_head, 1, std::min<size_t>(heads, max_heads)));
   const size_t batch = size_t(scratch.batch_heads);
   scratch.positions = workspace.take<int64_t>(rows);
   scratch.rows = workspace.take<uint16_t>(size_t(heads) * rows * head_dim);
@@ -515,6 +785,7 @@ void score_sampled_runs(RunContext& context, int first_head, int heads, const Fu
   const int d = qk.head_dim, count = scratch.blocks.rows;
   WA_CHECK(fused_scoring_supported(d), "the fused scoring does not take head_dim ", d);
   WA_CHECK(heads <= scratch.heads, "the fused scratch holds ", scratch.heads, " heads, not ", heads);
+  WA_CHECK(scratch.blocks.count > 0, "the fused scoring needs at least one sampled row");
   for (int h = 0; h < heads; ++h)
     launch_gather_rows(qk.q_head(first_head + h), qk.q_token_stride, d, scratch.positions, count,
                        scratch.rows + int64_t(h) * count * d, context.stream);
