@@ -123,17 +123,19 @@ struct TileParams {
 /// CTA's next item, item + gridDim.x.
 struct Step {
   int item = 0;
+  int key_tile = 0, head = 0;  // item % key_tiles, item / key_tiles: divided once per item, not per load
   int block = 0;
   int half = 0;
 };
 
-__device__ __forceinline__ void next_step(Step& step, const FusedRowBlocks& blocks, int stride) {
+__device__ __forceinline__ Step first_step(int item, int key_tiles) {
+  return Step{item, item % key_tiles, item / key_tiles, 0, 0};
+}
+
+__device__ __forceinline__ void next_step(Step& step, const FusedRowBlocks& blocks, int stride, int key_tiles) {
   if (++step.half * kStepRows >= blocks.block[step.block].rows) {
     step.half = 0;
-    if (++step.block == blocks.count) {
-      step.block = 0;
-      step.item += stride;
-    }
+    if (++step.block == blocks.count) step = first_step(step.item + stride, key_tiles);
   }
 }
 
@@ -283,10 +285,23 @@ __device__ inline void combine_log2(float& top, float& sum, float other_top, flo
   top = next;
 }
 
+/// Keys past the sequence (the last tile of a head) score -inf: exp2 gives them 0 in both passes and pass 1's
+/// maxima ignore them (an all-masked quarter gives (-inf, 0)), so the stagings need no select per element.
+__device__ __forceinline__ void mask_keys(float (&acc)[2][4][4], int quarter, int lane, int keys) {
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+      if (quarter * kWarpKeys + nt * 8 + 2 * (lane & 3) + b >= keys)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int upper = 0; upper < 2; ++upper) acc[mt][nt][2 * upper + b] = -INFINITY;
+}
+
 /// Pass 1's epilogue: each warp's (max, sum) over its 32 keys for each of its rows, into parts[quarter][row].
-/// Keys past the sequence are -inf (an all-masked quarter gives (-inf, 0)).
 __device__ __forceinline__ void stage_row_parts(const float (&acc)[2][4][4], float* parts, int half, int quarter,
-                                                int lane, int keys, float scale_log2) {
+                                                int lane, float scale_log2) {
   const int group = lane >> 2, pair = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -298,9 +313,8 @@ __device__ __forceinline__ void stage_row_parts(const float (&acc)[2][4][4], flo
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-          const int key = quarter * kWarpKeys + nt * 8 + 2 * pair + b;
           // __fmul_rn: the same rounded x in both passes (no FMA contraction into the exp's argument).
-          const float value = key < keys ? __fmul_rn(acc[mt][nt][2 * upper + b], scale_log2) : -INFINITY;
+          const float value = __fmul_rn(acc[mt][nt][2 * upper + b], scale_log2);
           x[nt * 2 + b] = value;
           top = fmaxf(top, value);
         }
@@ -346,13 +360,13 @@ __device__ __forceinline__ float reduce_columns(float (&v)[8], int lane) {
   return v[0];
 }
 
-/// Pass 2's epilogue: p = exp2(x2 - row max) x (1 / row sum) into the tile (rows past the step and keys past
-/// the sequence 0, as the diagonal walk reads them); returns the warp's 32-row sum of key column_key(lane).
-/// `stats`: the step's row maxima, then the inverted sums, read where used (8 registers fewer than holding
-/// them, which kept d = 128 under 128 registers without spills).
+/// Pass 2's epilogue: p = exp2(x2 - row max) x (1 / row sum) into the tile; returns the warp's 32-row sum of key
+/// column_key(lane). `stats`: the step's row maxima, then the inverted sums, zero past the step's rows: those
+/// rows (zero-filled operands, x2 = 0) give exp2(0) x 0 = 0 like masked keys (exp2(-inf) = 0), the zeros the
+/// diagonal walk reads there, without a select per element. The statistics are read where used (holding them
+/// in registers spilled at d = 128).
 __device__ __forceinline__ float stage_probabilities(const float (&acc)[2][4][4], float* tile, const float* stats,
-                                                     int rows, int half, int quarter, int lane, int keys,
-                                                     float scale_log2) {
+                                                     int half, int quarter, int lane, float scale_log2) {
   const int group = lane >> 2, pair = lane & 3;
   float column[8] = {};
 #pragma unroll
@@ -360,19 +374,13 @@ __device__ __forceinline__ float stage_probabilities(const float (&acc)[2][4][4]
 #pragma unroll
     for (int upper = 0; upper < 2; ++upper) {
       const int row = half * kWarpRows + mt * 16 + group + 8 * upper;
-      const bool valid = row < rows;
       const float shift = stats[row], inverse = stats[kStepRows + row];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int key = quarter * kWarpKeys + nt * 8 + 2 * pair;
-        // exp2 for every element, then a select: rows past the step and keys past the sequence score zero-filled
-        // operands against zeroed statistics (finite), and a conditional exp2 compiled to a branch per element.
-        const float x = exp2f(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift) * inverse;
-        const float y = exp2f(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift) * inverse;
         float2 p;
-        p.x = valid && key < keys ? x : 0.0f;
-        p.y = valid && key + 1 < keys ? y : 0.0f;
-        *reinterpret_cast<float2*>(tile + row * kProbabilityStride + key) = p;
+        p.x = exp2f(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift) * inverse;
+        p.y = exp2f(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift) * inverse;
+        *reinterpret_cast<float2*>(tile + row * kProbabilityStride + quarter * kWarpKeys + nt * 8 + 2 * pair) = p;
         column[2 * nt] += p.x;
         column[2 * nt + 1] += p.y;
       }
@@ -452,8 +460,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
   float* probabilities = extra + 2 * kStatFloats;  // pass 2: [kStepRows][kProbabilityStride]
 
   const uint32_t copy_offset = Tile::copy_offset(tid);
-  auto load_keys = [&](int item) {
-    const int key_tile = item % key_tiles, mask_head = params.first_head + item / key_tiles;
+  auto load_keys = [&](const Step& step) {
+    const int key_tile = step.key_tile, mask_head = params.first_head + step.head;
     const int64_t key0 = int64_t(key_tile) * kFusedTileKeys;
     const int valid = int(min(int64_t(kFusedTileKeys), params.tokens - key0));
     const uint16_t* first = params.k + (mask_head / params.heads) * params.k_batch_stride +
@@ -465,7 +473,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
     }
   };
   auto load_rows = [&](const Step& step, int slot) {
-    const int head = step.item / key_tiles;
+    const int head = step.head;
     const int first = params.blocks.block[step.block].first_row + kStepRows * step.half;
     const int valid = step_rows(step, params.blocks);
     const int64_t at = int64_t(head) * count + first;
@@ -489,20 +497,20 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
     }
   };
 
-  Step step{int(blockIdx.x), 0, 0};
+  Step step = first_step(int(blockIdx.x), key_tiles);
   if (step.item >= items) return;
   Step ahead = step;
   int committed = 0;  // cp.async groups committed by every thread
-  load_keys(step.item);
+  load_keys(step);
   load_rows(ahead, 0);
   cp_async_commit();
   ++committed;
-  next_step(ahead, params.blocks, stride);
+  next_step(ahead, params.blocks, stride, key_tiles);
   if (ahead.item < items) load_rows(ahead, 1);
   cp_async_commit();
   int next_rows_group = committed++;  // the group of the next step's rows
   int key_group = 0;                  // the group of the next item's key tile
-  next_step(ahead, params.blocks, stride);
+  next_step(ahead, params.blocks, stride, key_tiles);
   cp_async_wait_group<1>();
   invert_sums(step, 0);
   __syncthreads();
@@ -514,34 +522,32 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
   // Pass 2, threads < 128: the row block whose partials wait for the next barrier (-1: none), a block of the
   // previous step's item (an int: a pointer here spilled at d = 128 on sm_80).
   int pending_block = -1;
-  auto store_diagonals = [&](int item) {
+  auto store_diagonals = [&](int head, int key_tile) {
     if (pending_block < 0) return;
     float* out = params.diagonal_partials +
-                 ((int64_t(item / key_tiles) * params.blocks.count + pending_block) * key_tiles + item % key_tiles) *
-                     kTileDiagonals;
+                 ((int64_t(head) * params.blocks.count + pending_block) * key_tiles + key_tile) * kTileDiagonals;
     out[tid] = lower + probabilities[exchange_slot(kFusedTileKeys + tid)];
     if (tid + kFusedTileKeys < kTileDiagonals)
       out[tid + kFusedTileKeys] = upper + probabilities[exchange_slot(2 * kFusedTileKeys + tid)];
     lower = upper = 0;
     pending_block = -1;
   };
-  int key_tile = 0, head = 0, keys = 0;
+  int keys = 0;  // valid keys of the item's tile
   for (int g = 0;; ++g) {
     const int slot = g & 1;
     const bool first = step.block == 0 && step.half == 0;
     Step following = step;
-    next_step(following, params.blocks, stride);
+    next_step(following, params.blocks, stride, key_tiles);
     const bool more = following.item < items, item_ends = following.item != step.item;
     const bool next_keys = first && step.item + stride < items;  // this item loads the next one's key tile
+    const int key_tile = step.key_tile, head = step.head;
     if (first) {
-      key_tile = step.item % key_tiles;
-      head = step.item / key_tiles;
       keys = int(min(int64_t(kFusedTileKeys), params.tokens - int64_t(key_tile) * kFusedTileKeys));
       Tile::load_key_fragments(key_fragments, key_tile_smem, quarter, lane);
       if (item_ends && next_keys) {
         // A one-step item has no barrier between its fragment loads and its wait: free the key tile here.
         __syncthreads();
-        load_keys(step.item + stride);
+        load_keys(first_step(step.item + stride, key_tiles));
         cp_async_commit();
         key_group = committed++;
       }
@@ -550,6 +556,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
     const int rows = min(kStepRows, block.rows - kStepRows * step.half);
     float acc[2][4][4];
     Tile::score(acc, row_slots + slot * Tile::kRowVectors, row_offsets, key_fragments, half * kWarpRows < rows);
+    if (keys < kFusedTileKeys) mask_keys(acc, quarter, lane, keys);
     // Before the step's last barrier: the groups the next step needs (its rows, at an item's end the next key
     // tile) have landed; pass 2 inverts the next step's row sums.
     auto wait_next = [&] {
@@ -563,9 +570,9 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
       if (ahead.item < items) load_rows(ahead, slot);
       cp_async_commit();
       next_rows_group = committed++;
-      next_step(ahead, params.blocks, stride);
+      next_step(ahead, params.blocks, stride, key_tiles);
       if (next_keys && !item_ends) {
-        load_keys(step.item + stride);
+        load_keys(first_step(step.item + stride, key_tiles));
         cp_async_commit();
         key_group = committed++;
       }
@@ -574,7 +581,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
       // Every warp stages (an inactive one garbage that is never read): a branch around the shuffles would not
       // be warp-uniform to the compiler.
       float* step_parts = parts + slot * kRowPartFloats;
-      stage_row_parts(acc, step_parts, half, quarter, lane, keys, params.scale_log2);
+      stage_row_parts(acc, step_parts, half, quarter, lane, params.scale_log2);
       wait_next();
       __syncthreads();
       refill();
@@ -590,9 +597,12 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
       }
     } else {
       __syncthreads();  // (1)
-      store_diagonals(first ? step.item - stride : step.item);
-      column_total += stage_probabilities(acc, probabilities, stats + slot * kStatFloats, rows, half, quarter,
-                                          lane, keys, params.scale_log2);
+      if (pending_block >= 0) {
+        const Step previous = first ? first_step(step.item - stride, key_tiles) : step;
+        store_diagonals(previous.head, previous.key_tile);
+      }
+      column_total +=
+          stage_probabilities(acc, probabilities, stats + slot * kStatFloats, half, quarter, lane, params.scale_log2);
       const int key = quarter * kWarpKeys + column_key(lane);
       if (item_ends && half == 1) {
         probabilities[exchange_slot(key)] = column_total;
@@ -628,7 +638,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_tile_kernel(const __grid_co
   }
   if constexpr (kSums) {
     __syncthreads();
-    store_diagonals(step.item);
+    store_diagonals(step.head, step.key_tile);
   }
   cp_async_wait_all();
 }
@@ -803,6 +813,8 @@ void score_sampled_runs(RunContext& context, int first_head, int heads, const Fu
   params.tokens = qk.tokens;
   params.key_tiles = scratch.key_tiles;
   params.scale_log2 = float(kLog2e * context.scale);
+  // Masked keys score -inf x scale_log2 = -inf (mask_keys).
+  WA_CHECK(params.scale_log2 > 0, "the fused scoring needs a positive softmax scale, not ", context.scale);
   params.tile_max = scratch.tile_max;
   params.tile_sum = scratch.tile_sum;
   params.row_max_log2 = scratch.row_max_log2;
