@@ -5,7 +5,7 @@
 # Nsight Compute L2 hit rate / DRAM reads of our kernel for every order (the simulator's calibration).
 # Wan2.1-14B 720p at 401 and 161 frames, 4 heads, d = 128, bf16, cold L2.
 #
-#   bench/gpu/run_h200_attention.sh BUILD_DIR LOG_DIR [kernel|peers|fa4|ncu|timing|all]
+#   bench/gpu/run_h200_attention.sh BUILD_DIR LOG_DIR [kernel|peers|fa4|ncu|timing|all, or a list: kernel,fa4]
 # (timing = kernel + peers; each part alone fits in a 10-minute call.) Writes LOG_DIR/kernel.jsonl,
 # peers.jsonl (FlexAttention, SDPA and FA4 rows), ncu.csv, gpu.txt; bench/gpu/collect_attention.py merges them.
 # The fa4 part needs FlashAttention-4 importable on the host (`source bench/gpu/fa4_wheels.sh install DIR`
@@ -35,7 +35,8 @@ source "$(dirname "$0")/ncu_cases.sh"
 density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
 tokens_of() { [ "$1" = 401 ] && echo 363600 || echo 147600; }
 
-runs() { [ "$what" = all ] || [ "$what" = "$1" ] || { [ "$what" = timing ] && { [ "$1" = kernel ] || [ "$1" = peers ]; }; }; }
+# WHAT may name several parts: "kernel,fa4" times our kernel and FA4 on the same masks in one call.
+runs() { [ "$what" = all ] || [[ ",$what," == *",$1,"* ]] || { [ "$what" = timing ] && { [ "$1" = kernel ] || [ "$1" = peers ]; }; }; }
 
 peer_cases=()
 for frames in $frame_counts; do

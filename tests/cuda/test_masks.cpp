@@ -355,58 +355,66 @@ TEST(MaskGenerator, GraphCaptureReplaysTheSameMask) {
 TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
   WA_REQUIRE_GPU();
   // Segments past 65,536 values take the radix form over many thread blocks: few distinct values (ties split
-  // at the boundary), every rule, targets against the segment total and a fixed mass, the count adjustment.
+  // at the boundary; every warp's lanes share digits), and values spread over 20 octaves (a warp's lanes fall
+  // into many digits, some shared), every rule, targets against the segment total and a fixed mass, the count
+  // adjustment. Both kinds are exact in the 2^-40 mass units and in double sums.
   constexpr int kSegments = 3;
   constexpr int64_t kLength = 150001;
-  std::mt19937 rng(77);
-  std::vector<float> values(size_t(kSegments) * kLength);
-  for (float& value : values) value = float(rng() % 64) / 4096.0f;  // multiples of 2^-12: exact sums
-  const DeviceBuffer device_values = testing::upload(values);
-  DeviceBuffer flags(values.size()), counts(kSegments * sizeof(int64_t));
-  DeviceBuffer scratch(masks::select_scratch_bytes(kSegments, kLength));
-  struct RuleCase {
-    masks::SelectRule rule;
-    double fraction, fixed_total;
-    int64_t count, add;
-  };
-  const std::vector<RuleCase> cases{{masks::SelectRule::kTopCount, 0, 0, 4321, 0},
-                                    {masks::SelectRule::kTopCount, 0, 0, 100000, 0},
-                                    {masks::SelectRule::kWithinMass, 0.3, 0, 0, 0},
-                                    {masks::SelectRule::kWithinMass, 0.6, 0, 0, 1},
-                                    {masks::SelectRule::kReachMass, 0.9, 0, 0, 0},
-                                    {masks::SelectRule::kWithinMass, 0.5, 1000, 0, 0},
-                                    {masks::SelectRule::kWithinMass, 0.5, 1e9, 0, 0}};
-  for (const RuleCase& c : cases) {
-    masks::SelectParams params = masks::row_selection(device_values.as<float>(), kSegments, kLength, flags.as<uint8_t>());
-    params.rule = c.rule;
-    params.fraction = c.fraction;
-    params.fixed_total = c.fixed_total;
-    params.count = c.count;
-    params.add = c.add;
-    params.counts_out = counts.as<int64_t>();
-    params.scratch = scratch.get();
-    WA_CUDA_OK(cudaMemset(flags.get(), 0, flags.bytes()));
-    masks::launch_select(params, nullptr);
-    WA_CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint8_t> got(values.size());
-    std::vector<int64_t> got_counts(kSegments);
-    cudaMemcpy(got.data(), flags.get(), got.size(), cudaMemcpyDeviceToHost);
-    cudaMemcpy(got_counts.data(), counts.get(), kSegments * sizeof(int64_t), cudaMemcpyDeviceToHost);
-    for (int segment = 0; segment < kSegments; ++segment) {
-      const std::vector<double> wide(values.begin() + segment * kLength, values.begin() + (segment + 1) * kLength);
-      const std::vector<int64_t> order = methods::descending_order(wide);
-      double total = 0;
-      for (double value : wide) total += value;
-      const double target = c.fraction * (c.fixed_total > 0 ? c.fixed_total : total);
-      int64_t count = c.count;
-      if (c.rule == masks::SelectRule::kWithinMass) count = methods::count_within(wide, order, target);
-      if (c.rule == masks::SelectRule::kReachMass) count = methods::count_reaching(wide, order, target);
-      count = std::min(count + c.add, kLength);
-      EXPECT_EQ(got_counts[segment], count) << "rule " << int(c.rule) << " segment " << segment;
-      std::vector<uint8_t> expected(size_t(kLength), 0);
-      for (int64_t p = 0; p < count; ++p) expected[size_t(order[p])] = 1;
-      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + segment * kLength))
-          << "rule " << int(c.rule) << " fraction " << c.fraction << " segment " << segment;
+  for (const bool spread : {false, true}) {
+    std::mt19937 rng(77);
+    std::vector<float> values(size_t(kSegments) * kLength);
+    for (float& value : values)
+      value = spread ? std::ldexp(float(1 + rng() % 1023), -int(10 + rng() % 21))  // m 2^-e, e in 10..30
+                     : float(rng() % 64) / 4096.0f;                               // multiples of 2^-12
+    SCOPED_TRACE(spread ? "values over 20 octaves" : "64 distinct values");
+    const DeviceBuffer device_values = testing::upload(values);
+    DeviceBuffer flags(values.size()), counts(kSegments * sizeof(int64_t));
+    DeviceBuffer scratch(masks::select_scratch_bytes(kSegments, kLength));
+    struct RuleCase {
+      masks::SelectRule rule;
+      double fraction, fixed_total;
+      int64_t count, add;
+    };
+    const std::vector<RuleCase> cases{{masks::SelectRule::kTopCount, 0, 0, 4321, 0},
+                                      {masks::SelectRule::kTopCount, 0, 0, 100000, 0},
+                                      {masks::SelectRule::kWithinMass, 0.3, 0, 0, 0},
+                                      {masks::SelectRule::kWithinMass, 0.6, 0, 0, 1},
+                                      {masks::SelectRule::kReachMass, 0.9, 0, 0, 0},
+                                      {masks::SelectRule::kWithinMass, 0.5, 1000, 0, 0},
+                                      {masks::SelectRule::kWithinMass, 0.5, 1e9, 0, 0}};
+    for (const RuleCase& c : cases) {
+      masks::SelectParams params =
+          masks::row_selection(device_values.as<float>(), kSegments, kLength, flags.as<uint8_t>());
+      params.rule = c.rule;
+      params.fraction = c.fraction;
+      params.fixed_total = c.fixed_total;
+      params.count = c.count;
+      params.add = c.add;
+      params.counts_out = counts.as<int64_t>();
+      params.scratch = scratch.get();
+      WA_CUDA_OK(cudaMemset(flags.get(), 0, flags.bytes()));
+      masks::launch_select(params, nullptr);
+      WA_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<uint8_t> got(values.size());
+      std::vector<int64_t> got_counts(kSegments);
+      cudaMemcpy(got.data(), flags.get(), got.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(got_counts.data(), counts.get(), kSegments * sizeof(int64_t), cudaMemcpyDeviceToHost);
+      for (int segment = 0; segment < kSegments; ++segment) {
+        const std::vector<double> wide(values.begin() + segment * kLength, values.begin() + (segment + 1) * kLength);
+        const std::vector<int64_t> order = methods::descending_order(wide);
+        double total = 0;
+        for (double value : wide) total += value;
+        const double target = c.fraction * (c.fixed_total > 0 ? c.fixed_total : total);
+        int64_t count = c.count;
+        if (c.rule == masks::SelectRule::kWithinMass) count = methods::count_within(wide, order, target);
+        if (c.rule == masks::SelectRule::kReachMass) count = methods::count_reaching(wide, order, target);
+        count = std::min(count + c.add, kLength);
+        EXPECT_EQ(got_counts[segment], count) << "rule " << int(c.rule) << " segment " << segment;
+        std::vector<uint8_t> expected(size_t(kLength), 0);
+        for (int64_t p = 0; p < count; ++p) expected[size_t(order[p])] = 1;
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + segment * kLength))
+            << "rule " << int(c.rule) << " fraction " << c.fraction << " segment " << segment;
+      }
     }
   }
 }

@@ -139,8 +139,11 @@ inline SelectParams row_selection(const float* values, int segments, int64_t len
 /// Per row r of logits[r * stride + j], j < length: the row max and sum of exp(x - max), in fp32.
 void launch_row_softmax_stats(const float* logits, int64_t stride, int64_t length, int64_t rows, float* row_max,
                               float* row_sum, cudaStream_t stream);
-/// Per row, logits become probabilities exp(x - max) / sum in place; entries at -inf become 0.
-void launch_row_softmax(float* logits, int64_t stride, int64_t length, int64_t rows, cudaStream_t stream);
+/// Per row, logits become probabilities exp(x - max) / sum in place; entries at -inf become 0. With `enabled`,
+/// rows r of segments r / rows_per_segment whose flag is 0 are left as they are (FlexPrefill's pooled maps of
+/// heads that are not query-aware: nothing reads them).
+void launch_row_softmax(float* logits, int64_t stride, int64_t length, int64_t rows, cudaStream_t stream,
+                        const uint8_t* enabled = nullptr, int64_t rows_per_segment = 0);
 /// Per row segment s of `rows` rows (rows of segment s start at s * rows): out[s * tokens + k] = weight x sum
 /// over rows r of P[r, k], P = exp(logit - max_r) / sum_r.
 void launch_column_sums(const float* logits, int64_t stride, int64_t tokens, int rows, int segments,

@@ -44,7 +44,9 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 __global__ void __launch_bounds__(kRowThreads)
-    row_softmax_kernel(float* __restrict__ logits, int64_t stride, int64_t length) {
+    row_softmax_kernel(float* __restrict__ logits, int64_t stride, int64_t length, const uint8_t* __restrict__ enabled,
+                       int64_t rows_per_segment) {
+  if (enabled != nullptr && enabled[blockIdx.x / rows_per_segment] == 0) return;
   float* row = logits + int64_t(blockIdx.x) * stride;
   float top, sum;
   block_softmax_stats(row, length, top, sum);
@@ -100,9 +102,12 @@ void launch_row_softmax_stats(const float* logits, int64_t stride, int64_t lengt
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_row_softmax(float* logits, int64_t stride, int64_t length, int64_t rows, cudaStream_t stream) {
+void launch_row_softmax(float* logits, int64_t stride, int64_t length, int64_t rows, cudaStream_t stream,
+                        const uint8_t* enabled, int64_t rows_per_segment) {
   if (rows <= 0) return;
-  row_softmax_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(logits, stride, length);
+  WA_CHECK(enabled == nullptr || rows_per_segment > 0, "row softmax: rows_per_segment must be positive, got ",
+           rows_per_segment);
+  row_softmax_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(logits, stride, length, enabled, rows_per_segment);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
