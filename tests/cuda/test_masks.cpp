@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <span>
@@ -414,6 +415,98 @@ TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
         for (int64_t p = 0; p < count; ++p) expected[size_t(order[p])] = 1;
         EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + segment * kLength))
             << "rule " << int(c.rule) << " fraction " << c.fraction << " segment " << segment;
+      }
+    }
+  }
+}
+
+TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
+  WA_REQUIRE_GPU();
+  // pool_kernel stages rows by 16-byte loads when they are 16-byte aligned and element by element otherwise:
+  // both layouts must give the same bits (each warp adds its rows in one order), and match a host evaluation.
+  // Even blocks are one direction plus small noise (self-similarity near 1), odd blocks independent rows.
+  constexpr int64_t kTokens = 1000;  // partial last block of 104 rows
+  constexpr int kBlock = 128;
+  constexpr float kTheta = 0.5f;
+  const int blocks = int((kTokens + kBlock - 1) / kBlock);
+  for (const int d : {64, 128}) {
+    std::mt19937 rng(2024 + d);
+    std::vector<float> base(static_cast<size_t>(d)), values(static_cast<size_t>(kTokens) * d);
+    for (float& v : base) v = float(int(rng() % 255) - 127) / 64.0f;  // 8 significant bits: exact in bf16
+    for (int64_t t = 0; t < kTokens; ++t)
+      for (int c = 0; c < d; ++c) {
+        const float noise = float(int(rng() % 255) - 127) / 64.0f;
+        float value = (t / kBlock) % 2 == 0 ? base[c] + noise / 64.0f : noise;
+        uint32_t word;
+        std::memcpy(&word, &value, sizeof(word));
+        word &= 0xFFFF0000u;  // the bf16 value the device reads
+        std::memcpy(&value, &word, sizeof(word));
+        values[size_t(t) * d + c] = value;
+      }
+    std::vector<double> means(size_t(blocks) * d, 0.0);
+    std::vector<bool> similar(static_cast<size_t>(blocks));
+    for (int b = 0; b < blocks; ++b) {
+      const int64_t first = int64_t(b) * kBlock, last = std::min<int64_t>(kTokens, first + kBlock);
+      std::vector<double> unit_sum(size_t(d), 0.0);
+      for (int64_t t = first; t < last; ++t) {
+        double norm = 0;
+        for (int c = 0; c < d; ++c) norm += double(values[size_t(t) * d + c]) * values[size_t(t) * d + c];
+        for (int c = 0; c < d; ++c) {
+          means[size_t(b) * d + c] += values[size_t(t) * d + c];
+          unit_sum[size_t(c)] += norm > 0 ? values[size_t(t) * d + c] / std::sqrt(norm) : 0.0;
+        }
+      }
+      double similarity = 0;
+      for (int c = 0; c < d; ++c) {
+        means[size_t(b) * d + c] /= double(last - first);
+        similarity += unit_sum[size_t(c)] * unit_sum[size_t(c)];
+      }
+      similarity /= double(last - first) * double(last - first);
+      ASSERT_GT(std::abs(similarity - kTheta), 0.1) << "block " << b << ": the case must not sit at the threshold";
+      similar[size_t(b)] = similarity > kTheta;
+    }
+    std::vector<float> first_means;
+    std::vector<uint8_t> first_flags;
+    struct Layout {
+      int64_t stride, offset;  // elements
+    };
+    for (const Layout layout : {Layout{d, 0}, Layout{d + 3, 0}, Layout{d + 8, 1}}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + ", token stride " + std::to_string(layout.stride) +
+                   ", offset " + std::to_string(layout.offset));
+      std::vector<uint16_t> bits(size_t(layout.offset + kTokens * layout.stride), 0x7FC0);  // padding: NaN
+      for (int64_t t = 0; t < kTokens; ++t)
+        for (int c = 0; c < d; ++c) {
+          uint32_t word;
+          std::memcpy(&word, &values[size_t(t) * d + c], sizeof(word));
+          bits[size_t(layout.offset + t * layout.stride + c)] = uint16_t(word >> 16);
+        }
+      const DeviceBuffer rows = testing::upload(bits);
+      DeviceBuffer device_means(size_t(blocks) * d * sizeof(float)), flags(static_cast<size_t>(blocks));
+      masks::PoolParams params;
+      params.rows = rows.as<uint16_t>() + layout.offset;
+      params.token_stride = layout.stride;
+      params.tokens = kTokens;
+      params.head_dim = d;
+      params.block = kBlock;
+      params.element_type = ElementType::kBf16;
+      params.means = device_means.as<float>();
+      params.theta = kTheta;
+      params.similar = flags.as<uint8_t>();
+      masks::launch_pool_blocks(params, nullptr);
+      WA_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(size_t(blocks) * d);
+      std::vector<uint8_t> got_flags(static_cast<size_t>(blocks));
+      cudaMemcpy(got.data(), device_means.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+      cudaMemcpy(got_flags.data(), flags.get(), got_flags.size(), cudaMemcpyDeviceToHost);
+      // fp32 sums of <= 128 values of magnitude < 4: within 5e-5 of the fp64 means.
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], means[i], 5e-5) << "mean " << i;
+      for (int b = 0; b < blocks; ++b) EXPECT_EQ(got_flags[size_t(b)] != 0, similar[size_t(b)]) << "block " << b;
+      if (first_means.empty()) {
+        first_means = got;
+        first_flags = got_flags;
+      } else {
+        EXPECT_EQ(got, first_means) << "the staged loads changed the sums";
+        EXPECT_EQ(got_flags, first_flags);
       }
     }
   }

@@ -20,8 +20,7 @@ namespace wavealign::cuda::masks {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDotColumns = 32;  // decide_kernel's key-mean tile: 256 x 33 floats, 33 KB
-
+constexpr int kDotColumns = 32;  // estimate_kernel's key-mean tile: 256 x 33 floats, 33 KB
 
 // Vertical blocks: the sum of the vertical distribution over each key block. Slash blocks: the sum of the
 // slash distribution over the token offsets that pool into each block offset (slash_block_offset), in
@@ -64,9 +63,7 @@ __global__ void pool_distributions_kernel(const float* __restrict__ vertical, co
 
 // Per head of the group (one thread block each): h-th slices of these arrays.
 struct DecisionParams {
-  const float* query_mean;       // [heads, head_dim]
-  const float* key_means;        // [heads, blocks, head_dim]
-  float* estimate;               // [heads, blocks] scratch
+  const float* estimate;         // [heads, blocks]: estimate_kernel's logits
   float* vertical_blocks;        // [heads, blocks]; block 0 forced to +inf afterwards (when asked)
   float* slash_blocks;           // [heads, offsets]; the main diagonal forced to +inf afterwards
   const int64_t* vertical_tokens;  // [heads]: coverage counts of the vertical distribution
@@ -76,8 +73,6 @@ struct DecisionParams {
   uint8_t* query_aware;          // [heads]: out
   int blocks = 0;
   int64_t offsets = 0;
-  int head_dim = 0;
-  float scale = 0;
   double tau = 0;
   int budget_block = 0;
   int64_t low = 0, vertical_high = 0, slash_high = 0;
@@ -92,40 +87,42 @@ __device__ inline double kl_term(double p, double mixture, bool zero_is_nan) {
   return zero_is_nan ? nan("") : 0.0;
 }
 
-// One block per head: the pooled estimate softmax(scale q_mean . K_means), its JS distance to the vertical
+// The pooled estimate's logits scale q_mean . K_means[J], thread J0 + t of the thread block at (J0 / 256, head)
+// summing over the columns in order, from tiles of 256 key means x 32 columns read row by row. (Inside
+// decide_kernel, one thread block per head, with thread-per-block reads of the [blocks, d] means that touched
+// a 512-byte row per lane and load: 280 us for 8 heads at 2,841 blocks.)
+__global__ void __launch_bounds__(kThreads)
+    estimate_kernel(const float* __restrict__ query_means, const float* __restrict__ key_means, int blocks,
+                    int head_dim, float scale, float* __restrict__ estimates) {
+  __shared__ float key_tile[kThreads][kDotColumns + 1];  // +1: row r's column c in bank (33 r + c) mod 32
+  const int64_t head = blockIdx.y;
+  const int d = head_dim, J0 = int(blockIdx.x) * kThreads, J = J0 + int(threadIdx.x);
+  const float* query_mean = query_means + head * d;
+  const float* means = key_means + head * blocks * d;
+  float dot = 0;
+  for (int c0 = 0; c0 < d; c0 += kDotColumns) {
+    const int width = min(kDotColumns, d - c0);
+    __syncthreads();  // the previous tile is read
+    for (int e = threadIdx.x; e < kThreads * kDotColumns; e += kThreads) {
+      const int r = e / kDotColumns, c = e % kDotColumns;
+      if (J0 + r < blocks && c < width) key_tile[r][c] = means[int64_t(J0 + r) * d + c0 + c];
+    }
+    __syncthreads();
+    if (J < blocks)
+      for (int c = 0; c < width; ++c) dot += query_mean[c0 + c] * key_tile[threadIdx.x][c];
+  }
+  if (J < blocks) estimates[head * blocks + J] = dot * scale;
+}
+
+// One block per head: the pooled estimate softmax(estimate_kernel's logits), its JS distance to the vertical
 // blocks, the query-aware flag and the two block budgets; then the forced vertical block and main diagonal.
 __global__ void decide_kernel(DecisionParams params) {
   __shared__ double scratch[32];
-  __shared__ float key_tile[kThreads][kDotColumns + 1];  // +1: row r's column c in bank (33 r + c) mod 32
   const int64_t head = blockIdx.x;
-  const int d = params.head_dim;
-  const float* query_mean = params.query_mean + head * d;
-  const float* key_means = params.key_means + head * params.blocks * d;
-  float* estimate = params.estimate + head * params.blocks;
+  const float* estimate = params.estimate + head * params.blocks;
   float* vertical_blocks = params.vertical_blocks + head * params.blocks;
-  // Thread t's dot product for block J0 + t, over the columns in order as before, from tiles of 256 key means
-  // x 32 columns read row by row: thread-per-block reads of the [blocks, d] means touched a 512-byte row per
-  // lane and load (280 us for 8 heads at 2,841 blocks).
   double local_max = -INFINITY;
-  for (int J0 = 0; J0 < params.blocks; J0 += kThreads) {
-    const int J = J0 + int(threadIdx.x);
-    float dot = 0;
-    for (int c0 = 0; c0 < d; c0 += kDotColumns) {
-      const int width = min(kDotColumns, d - c0);
-      __syncthreads();  // the previous tile is read
-      for (int e = threadIdx.x; e < kThreads * kDotColumns; e += kThreads) {
-        const int r = e / kDotColumns, c = e % kDotColumns;
-        if (J0 + r < params.blocks && c < width) key_tile[r][c] = key_means[int64_t(J0 + r) * d + c0 + c];
-      }
-      __syncthreads();
-      if (J < params.blocks)
-        for (int c = 0; c < width; ++c) dot += query_mean[c0 + c] * key_tile[threadIdx.x][c];
-    }
-    if (J < params.blocks) {
-      estimate[J] = dot * params.scale;
-      local_max = fmax(local_max, double(estimate[J]));
-    }
-  }
+  for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) local_max = fmax(local_max, double(estimate[J]));
   const double top = block_reduce(local_max, double(-INFINITY), MaxOp{}, scratch);
   double local_sum = 0;
   for (int J = threadIdx.x; J < params.blocks; J += blockDim.x) local_sum += exp(double(estimate[J]) - top);
@@ -240,14 +237,18 @@ void run_flexprefill(RunContext& context) {
     // The distributions (the group's heads together on the fused path), then per head the mean sampled query
     // and the block means of K and Q.
     const float weight = 1.0f / float(sampled);
-    if (fused) score_sampled_runs(context, first, heads, fused_scratch, options.two_sided, weight, vertical, slash);
+    if (fused) {
+      score_sampled_runs(context, first, heads, fused_scratch, options.two_sided, weight, vertical, slash);
+      // The group's gathered rows lie head after head: one launch for every head's mean.
+      launch_row_mean(fused_scratch.rows, sampled, d, qk.element_type, query_mean, context.stream, heads);
+    }
     for (int h = 0; h < heads; ++h) {
       const int m = first + h;
-      if (!fused)
+      if (!fused) {
         score_sampled_queries(context, m, scratch, options.two_sided, weight, vertical + int64_t(h) * tokens,
                               slash + int64_t(h) * diagonals);
-      const uint16_t* rows = fused ? fused_scratch.rows + int64_t(h) * sampled * d : scratch.rows;
-      launch_row_mean(rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
+        launch_row_mean(scratch.rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
+      }
       PoolParams pool;
       pool.rows = qk.k_head(m);
       pool.token_stride = qk.k_token_stride;
@@ -278,9 +279,10 @@ void run_flexprefill(RunContext& context) {
         vertical, slash, heads, tokens, blocks, block, options.two_sided, vertical_blocks, slash_blocks);
     WA_CUDA_CHECK(cudaGetLastError());
 
+    estimate_kernel<<<dim3(unsigned((blocks + kThreads - 1) / kThreads), unsigned(heads)), kThreads, 0,
+                      context.stream>>>(query_mean, key_means, blocks, d, float(context.scale), estimate);
+    WA_CUDA_CHECK(cudaGetLastError());
     DecisionParams decision;
-    decision.query_mean = query_mean;
-    decision.key_means = key_means;
     decision.estimate = estimate;
     decision.vertical_blocks = vertical_blocks;
     decision.slash_blocks = slash_blocks;
@@ -291,8 +293,6 @@ void run_flexprefill(RunContext& context) {
     decision.query_aware = query_aware;
     decision.blocks = blocks;
     decision.offsets = offsets;
-    decision.head_dim = d;
-    decision.scale = float(context.scale);
     decision.tau = options.tau;
     decision.budget_block = options.budget_block_128 ? 128 : block;
     decision.low = low;

@@ -258,8 +258,10 @@ void launch_sequence_mean(const PoolParams& params, float* partial, float* mean,
 /// Copies rows positions[r] (r < count) of one head into out[r, :] (contiguous, same element type).
 void launch_gather_rows(const uint16_t* rows, int64_t token_stride, int head_dim, const int64_t* positions,
                         int count, uint16_t* out, cudaStream_t stream);
-/// The mean of `count` contiguous rows of `dim` 16-bit values, fp32 [dim] (rows in order).
-void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream);
+/// The mean of `count` contiguous rows of `dim` 16-bit values, fp32 [dim] (rows in order); for `groups` such
+/// row sets one after another (count x dim values each), one mean each, out [groups, dim].
+void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream,
+                     int groups = 1);
 
 // ---- blas.cu: the scoring products on cuBLAS ----
 /// C[b][i, j] = alpha * sum_c A[b][i, c] B[b][j, c] for b < batch (row-major A [m, k], B [n, k], C [m, n]
