@@ -422,8 +422,8 @@ TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
 
 TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
   WA_REQUIRE_GPU();
-  // pool_kernel stages rows by 16-byte loads when they are 16-byte aligned and element by element otherwise:
-  // both layouts must give the same bits (each warp adds its rows in one order), and match a host evaluation.
+  // pool_kernel reads rows at any token stride and alignment: every layout must give the same bits (each warp
+  // adds its rows in one order) and match a host evaluation.
   // Even blocks are one direction plus small noise (self-similarity near 1), odd blocks independent rows.
   constexpr int64_t kTokens = 1000;  // partial last block of 104 rows
   constexpr int kBlock = 128;
@@ -505,7 +505,7 @@ TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
         first_means = got;
         first_flags = got_flags;
       } else {
-        EXPECT_EQ(got, first_means) << "the staged loads changed the sums";
+        EXPECT_EQ(got, first_means) << "the layout changed the sums";
         EXPECT_EQ(got_flags, first_flags);
       }
     }

@@ -15,12 +15,7 @@ namespace {
 
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 constexpr int kPoolWarps = 4;
-constexpr int kPoolThreads = kPoolWarps * 32;
-constexpr int kMaxHeadDim = 256;
-constexpr int kMaxLaneColumns = kMaxHeadDim / 32;  // 8 columns per lane
-constexpr int kStageRows = 32;  // staged rows per round (8 per warp), 16 KB at head_dim 256
-constexpr int kStageVectors = kStageRows * kMaxHeadDim / 8 / kPoolThreads;  // 16-byte loads per thread and round
-static_assert(kStageRows % kPoolWarps == 0, "every round gives each warp its rows in the unstaged order");
+constexpr int kMaxLaneColumns = 8;  // head_dim <= 256 = 8 columns per lane
 constexpr int64_t kMeanChunkTokens = 512;  // 711 blocks per head at 363,600 tokens
 
 __device__ inline float to_float(uint16_t bits, ElementType type) {
@@ -30,67 +25,37 @@ __device__ inline float to_float(uint16_t bits, ElementType type) {
 
 // One block of 4 warps per pooled block: warp w takes rows w, w + 4, ...; lane l holds columns l + 32 e. The
 // sum of the normalised rows gives the self-similarity: the mean of all pairwise cosines (diagonal included)
-// is |sum of unit rows|^2 / n^2. A zero row normalises to zero. The rows arrive in shared memory kStageRows at a
-// time, by 16-byte loads where the rows are 16-byte aligned (8 per thread in flight); reading them straight
-// from global memory, 2 bytes per lane and 4 loads per row in flight, ran at 1.2 TB/s (76 us per head's 93 MB
-// of K at 363,600 tokens). Each warp still adds its rows in the same order, so the sums are unchanged.
-__global__ void __launch_bounds__(kPoolThreads) pool_kernel(PoolParams params) {
+// is |sum of unit rows|^2 / n^2. A zero row normalises to zero. (Staging 32 rows at a time in shared memory by
+// 16-byte loads, or keeping 4 rows' loads in flight per warp, did not help on the H200: 98 and 96 us per head's
+// 93 MB against 76 us; each warp's row-by-row chain of loads, norm shuffles and sums sets the time.)
+__global__ void pool_kernel(PoolParams params) {
   __shared__ float sums[kPoolWarps][256];
   __shared__ float units[kPoolWarps][256];
   __shared__ float similarity_parts[kPoolWarps];
-  __shared__ alignas(16) uint16_t stage[kStageRows * kMaxHeadDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int block = blockIdx.x, d = params.head_dim;
   const int64_t first = int64_t(block) * params.block;
   const int64_t last = first + params.block < params.tokens ? first + params.block : params.tokens;
-  const bool vectors = d % 8 == 0 && params.token_stride % 8 == 0 &&
-                       reinterpret_cast<uintptr_t>(params.rows) % 16 == 0;
-  const int row_vectors = d / 8;
   float sum[kMaxLaneColumns] = {}, unit[kMaxLaneColumns] = {}, x[kMaxLaneColumns];
-  for (int64_t chunk = first; chunk < last; chunk += kStageRows) {
-    const int rows = int(last - chunk < kStageRows ? last - chunk : kStageRows);
-    __syncthreads();  // the previous chunk is read
-    if (vectors) {
-      uint4 parts[kStageVectors];
+  for (int64_t t = first + warp; t < last; t += kPoolWarps) {
+    const uint16_t* row = params.rows + t * params.token_stride;
+    float norm = 0;
 #pragma unroll
-      for (int k = 0; k < kStageVectors; ++k) {
-        const int v = int(threadIdx.x) + k * kPoolThreads, r = v / row_vectors;
-        if (r < rows)
-          parts[k] = reinterpret_cast<const uint4*>(params.rows + (chunk + r) * params.token_stride)[v - r * row_vectors];
-      }
-#pragma unroll
-      for (int k = 0; k < kStageVectors; ++k) {
-        const int v = int(threadIdx.x) + k * kPoolThreads;
-        if (v / row_vectors < rows) reinterpret_cast<uint4*>(stage)[v] = parts[k];
-      }
-    } else {
-#pragma unroll 8
-      for (int v = threadIdx.x; v < rows * d; v += kPoolThreads) {
-        const int r = v / d;
-        stage[v] = params.rows[(chunk + r) * params.token_stride + (v - r * d)];
+    for (int e = 0; e < kMaxLaneColumns; ++e) {
+      const int c = lane + 32 * e;
+      x[e] = 0;
+      if (c < d) {
+        x[e] = to_float(row[c], params.element_type) - (params.shift ? params.shift[c] : 0.0f);
+        norm += x[e] * x[e];
       }
     }
-    __syncthreads();
-    for (int r = warp; r < rows; r += kPoolWarps) {  // warp-uniform
-      const uint16_t* row = stage + r * d;
-      float norm = 0;
 #pragma unroll
-      for (int e = 0; e < kMaxLaneColumns; ++e) {
-        const int c = lane + 32 * e;
-        x[e] = 0;
-        if (c < d) {
-          x[e] = to_float(row[c], params.element_type) - (params.shift ? params.shift[c] : 0.0f);
-          norm += x[e] * x[e];
-        }
-      }
+    for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
+    const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
 #pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
-      const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
-#pragma unroll
-      for (int e = 0; e < kMaxLaneColumns; ++e) {
-        sum[e] += x[e];
-        unit[e] += x[e] * inverse;
-      }
+    for (int e = 0; e < kMaxLaneColumns; ++e) {
+      sum[e] += x[e];
+      unit[e] += x[e] * inverse;
     }
   }
 #pragma unroll
@@ -172,7 +137,7 @@ __global__ void row_mean_kernel(const uint16_t* __restrict__ rows, int count, in
 void launch_pool_blocks(const PoolParams& params, cudaStream_t stream) {
   const int64_t blocks = (params.tokens + params.block - 1) / params.block;
   if (blocks <= 0) return;
-  pool_kernel<<<unsigned(blocks), kPoolThreads, 0, stream>>>(params);
+  pool_kernel<<<unsigned(blocks), kPoolWarps * 32, 0, stream>>>(params);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
