@@ -1,0 +1,78 @@
+"""bench/gpu/collect_mask_kernels.py on made-up Nsight Compute pages: launch durations summed per kernel (the
+template arguments keep FlexPrefill's two fused passes apart, units scaled to ns), the detail page's stall
+reasons ranked, and a duration in an unknown unit refused rather than mis-scaled."""
+
+import csv
+import io
+import json
+import pathlib
+import subprocess
+import sys
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu" / "collect_mask_kernels.py"
+HEADER = ["ID", "Process ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"]
+PASS1 = "wavealign::<unnamed>::fused_tile_kernel<__nv_bfloat16, 128, false>(wavealign::<unnamed>::TileParams)"
+PASS2 = "wavealign::<unnamed>::fused_tile_kernel<__nv_bfloat16, 128, true>(wavealign::<unnamed>::TileParams)"
+POOL = "wavealign::cuda::masks::<unnamed>::pool_kernel(wavealign::cuda::masks::PoolParams)"
+
+
+def times_page(rows):
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(HEADER)
+    for i, (name, unit, value) in enumerate(rows):
+        writer.writerow([str(i), "1", name, "gpu__time_duration.sum", unit, value])
+    return "==PROF== Connected to process 1\n{\"json\": \"of the CLI\"}\n" + out.getvalue()
+
+
+def detail_page(kernels):
+    names = list(kernels[0])
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(names)
+    writer.writerow([kernels[0][name][0] for name in names])
+    for kernel in kernels:
+        writer.writerow([kernel[name][1] for name in names])
+    return out.getvalue()
+
+
+def run(folder, *extra):
+    return subprocess.run([sys.executable, str(SCRIPT), str(folder), *extra], capture_output=True, text=True)
+
+
+def test_launches_sum_per_kernel_and_stalls_rank(tmp_path):
+    (tmp_path / "times.csv").write_text(times_page([
+        (PASS1, "ns", "2,000,000"), (PASS2, "us", "3,000"), (POOL, "ns", "75,000"), (POOL, "usecond", "77")]))
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    kernel = {"Kernel Name": ("", PASS1), "gpu__time_duration.sum": ("ns", "2,000,000"),
+              "launch__registers_per_thread": ("register/thread", "126"),
+              stall.format("barrier"): ("", "0.5"), stall.format("math_pipe_throttle"): ("", "1.5"),
+              stall.format("short_scoreboard"): ("", "0.9")}
+    (tmp_path / "detail.csv").write_text(detail_page([kernel]))
+    out = tmp_path / "kernels.json"
+    result = run(tmp_path, "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    by_name = {item["kernel"]: item for item in record["kernels"]}
+    assert by_name["fused_tile_kernel<__nv_bfloat16, 128, false>"]["ms"] == 2.0
+    assert by_name["fused_tile_kernel<__nv_bfloat16, 128, true>"]["ms"] == 3.0
+    assert by_name["pool_kernel"]["launches"] == 2 and abs(by_name["pool_kernel"]["ms"] - 0.152) < 1e-12
+    assert abs(record["total_ms"] - 5.152) < 1e-12
+    assert [item["kernel"] for item in record["kernels"]][0].endswith("true>")  # heaviest first
+    (detail,) = record["details"]
+    assert detail["registers"] == 126 and detail["duration_us"] == 2000
+    assert list(detail["top_stalls"]) == ["math_pipe_throttle", "short_scoreboard", "barrier"]
+    assert "| pool_kernel | 2 | 0.152 |" in result.stdout
+
+
+def test_a_duration_in_an_unknown_unit_is_refused(tmp_path):
+    (tmp_path / "times.csv").write_text(times_page([(POOL, "cycle", "75,000")]))
+    result = run(tmp_path)
+    assert result.returncode != 0
+    assert "gpu__time_duration.sum in 'cycle'" in result.stderr
+
+
+def test_a_page_without_launches_is_refused(tmp_path):
+    (tmp_path / "times.csv").write_text("==PROF== nothing profiled\n")
+    result = run(tmp_path)
+    assert result.returncode != 0 and "holds no launch" in result.stderr
