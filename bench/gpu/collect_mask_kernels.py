@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Tables from bench/gpu/ncu_mask_kernels.sh: the mask's time per kernel (every launch's duration summed by
-kernel, template arguments kept, so FlexPrefill's two fused passes stay apart) and, for the kernels profiled in
-detail, duration, SM and memory throughput, occupancy, registers, shared memory and the top stall reasons.
+kernel, template arguments kept, so FlexPrefill's two fused passes stay apart); for the kernels profiled in
+detail, duration, SM and memory throughput, occupancy, registers, shared memory and the top stall reasons; and
+from the source page (one kernel, per SASS instruction) the executed warp instructions by opcode and the
+instructions with the most stall samples.
 
 Usage: bench/gpu/collect_mask_kernels.py LOG_DIR [--json OUT]
 """
@@ -85,6 +87,42 @@ def detail(kernel: dict) -> dict:
     return out
 
 
+def column(header: list, *words: str) -> int:
+    """The first column whose name holds every word (the source page's names vary between ncu versions)."""
+    for index, name in enumerate(header):
+        if all(word.lower() in name.lower() for word in words):
+            return index
+    raise SystemExit(f"collect_mask_kernels: the source page has no column with {' '.join(words)!r}")
+
+
+def source_summary(path: pathlib.Path, top: int = 15) -> dict:
+    """Executed warp instructions by opcode (predicates and modifiers dropped) and the `top` instructions by
+    stall samples, from ncu's source page in SASS."""
+    rows = list(csv.reader(line for line in path.read_text().splitlines() if line.startswith('"')))
+    if len(rows) < 2:
+        raise SystemExit(f"collect_mask_kernels: {path} holds no source page")
+    header = rows[0]
+    source, executed = column(header, "source"), column(header, "instructions executed")
+    try:
+        stalls = column(header, "warp stall sampling", "all")
+    except SystemExit:
+        stalls = None
+    by_opcode, lines = collections.Counter(), []
+    for row in rows[1:]:
+        text = row[source].strip()
+        if not text or not row[executed].replace(",", "").strip().isdigit():
+            continue
+        opcode = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
+        count = int(row[executed].replace(",", ""))
+        by_opcode[opcode] += count
+        samples = int(row[stalls].replace(",", "") or 0) if stalls is not None else 0
+        lines.append((samples, count, text))
+    total = sum(by_opcode.values())
+    return {"executed": total, "by_opcode": dict(by_opcode.most_common()),
+            "top_stalled": [{"samples": s, "executed": c, "sass": t}
+                            for s, c, t in sorted(lines, key=lambda line: -line[0])[:top] if s > 0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", type=pathlib.Path)
@@ -106,9 +144,17 @@ def main() -> int:
             stalls = ", ".join(f"{name} {value:.2f}" for name, value in item["top_stalls"].items())
             rest = ", ".join(f"{k} {v:g}" for k, v in item.items() if k not in ("kernel", "top_stalls"))
             print(f"{item['kernel']}: {rest}; stalls per issue: {stalls}")
+    source = None
+    source_path = args.logs / "source.csv"
+    if source_path.exists():
+        source = source_summary(source_path)
+        mix = ", ".join(f"{op} {100 * n / source['executed']:.1f} %" for op, n in list(source["by_opcode"].items())[:12])
+        print(f"source page: {source['executed']:,} warp instructions executed; {mix}")
+        for line in source["top_stalled"]:
+            print(f"  {line['samples']:>8} samples  {line['executed']:>12,}  {line['sass']}")
     if args.json:
-        args.json.write_text(json.dumps({"total_ms": total / 1e6, "kernels": by_kernel, "details": details},
-                                        indent=1) + "\n")
+        args.json.write_text(json.dumps({"total_ms": total / 1e6, "kernels": by_kernel, "details": details,
+                                         "source": source}, indent=1) + "\n")
     return 0
 
 

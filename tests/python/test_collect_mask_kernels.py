@@ -1,6 +1,7 @@
 """bench/gpu/collect_mask_kernels.py on made-up Nsight Compute pages: launch durations summed per kernel (the
 template arguments keep FlexPrefill's two fused passes apart, units scaled to ns), the detail page's stall
-reasons ranked, and a duration in an unknown unit refused rather than mis-scaled."""
+reasons ranked, the source page's executed instructions by opcode and its most-stalled instructions, and a
+duration in an unknown unit refused rather than mis-scaled."""
 
 import csv
 import io
@@ -76,3 +77,32 @@ def test_a_page_without_launches_is_refused(tmp_path):
     (tmp_path / "times.csv").write_text("==PROF== nothing profiled\n")
     result = run(tmp_path)
     assert result.returncode != 0 and "holds no launch" in result.stderr
+
+
+def test_the_source_page_gives_the_opcode_mix_and_the_stalled_instructions(tmp_path):
+    (tmp_path / "times.csv").write_text(times_page([(PASS1, "ns", "1,000")]))
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(["Address", "Source", "Warp Stall Sampling (All Samples)",
+                     "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed"])
+    writer.writerow(["0x10", "HMMA.16816.F32.BF16 R4, R8, R12, R4", "30", "20", "6,400"])
+    writer.writerow(["0x20", "@!P0 IMAD.MOV.U32 R1, RZ, RZ, R2", "5", "1", "3,200"])
+    writer.writerow(["0x30", "IMAD R3, R4, R5, R6", "90", "60", "3,200"])
+    writer.writerow(["0x40", "MUFU.EX2 R7, R7", "0", "0", "1,600"])
+    writer.writerow(["", "", "", "", ""])  # ncu's blank separator rows are skipped
+    (tmp_path / "source.csv").write_text("==PROF== noise\n" + out.getvalue())
+    record_path = tmp_path / "k.json"
+    result = run(tmp_path, "--json", str(record_path))
+    assert result.returncode == 0, result.stderr
+    source = json.loads(record_path.read_text())["source"]
+    assert source["executed"] == 14400
+    assert source["by_opcode"] == {"IMAD": 6400, "HMMA": 6400, "MUFU": 1600}
+    assert [line["samples"] for line in source["top_stalled"]] == [90, 30, 5]  # MUFU has none: not listed
+    assert "14,400 warp instructions executed" in result.stdout
+
+
+def test_a_source_page_without_the_executed_column_is_refused(tmp_path):
+    (tmp_path / "times.csv").write_text(times_page([(PASS1, "ns", "1,000")]))
+    (tmp_path / "source.csv").write_text('"Address","Source"\n"0x10","HMMA R4, R8, R12, R4"\n')
+    result = run(tmp_path)
+    assert result.returncode != 0 and "instructions executed" in result.stderr
