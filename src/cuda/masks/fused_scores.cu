@@ -49,9 +49,11 @@ namespace wavealign::cuda::masks {
 namespace {
 
 using detail::sm80::cp_async_16;
+using detail::sm80::cp_async_4;
 using detail::sm80::cp_async_commit;
 using detail::sm80::cp_async_wait_all;
 using detail::sm80::cp_async_wait_group;
+using detail::sm80::cp_async_wait_pending;
 using detail::sm80::ldmatrix_x4;
 using detail::sm80::mma_16816;
 using detail::sm80::smem_address;
@@ -79,22 +81,6 @@ static_assert(kThreads == kRowHalves * kFusedTileKeys, "the diagonal walk: a thr
 static_assert(kStatFloats <= kThreads, "one statistic per thread");
 static_assert(3 * kFusedTileKeys <= kStepRows * (kProbabilityStride - kFusedTileKeys),
               "the exchanges (128 column and 256 diagonal values) fit the tile's padding");
-
-/// Waits until at most `pending` of this thread's latest cp.async groups are still in flight (2 at most).
-__device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  if (pending >= 2) {
-    cp_async_wait_group<2>();
-  } else if (pending == 1) {
-    cp_async_wait_group<1>();
-  } else {
-    cp_async_wait_group<0>();
-  }
-}
-
-/// 4-byte global -> shared copy; `valid` false fills zeros without reading.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
 
 struct TileParams {
   const uint16_t* k = nullptr;

@@ -1,4 +1,4 @@
-// sm_80 instruction wrappers: cp.async (16-byte, zero-fill), ldmatrix and mma.sync m16n8k16 (fp32 accumulate).
+// sm_80 instruction wrappers: cp.async (16- and 4-byte, zero-fill; group waits), ldmatrix and mma.sync m16n8k16 (fp32 accumulate).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,12 +17,26 @@ __device__ __forceinline__ uint32_t smem_address(const void* pointer) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
+/// 4-byte global -> shared copy; `valid` false fills zeros without reading.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 /// Waits until at most N of this thread's committed cp.async groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+/// The same for a run-time count (at most 2 groups kept in flight; more waits as for 2).
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  if (pending >= 2) {
+    cp_async_wait_group<2>();
+  } else if (pending == 1) {
+    cp_async_wait_group<1>();
+  } else {
+    cp_async_wait_group<0>();
+  }
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t address, uint32_t& r0, uint32_t& r1, uint32_t& r2,
