@@ -10,6 +10,9 @@
 #
 # Writes LOG_DIR/{ours-sparse,ours-dense,fa4}.csv (ncu's raw page, one row per kernel, per-opcode instance
 # values included) and LOG_DIR/side-cases.jsonl; bench/gpu/collect_side_by_side.py LOG_DIR makes the table.
+# SIDE_SOURCE=1 adds ncu's source page of both sparse launches (LOG_DIR/{ours,fa4}-source.csv: executed
+# instructions and warp-state samples per SASS instruction), the input of
+# bench/gpu/collect_side_by_side.py --source.
 set -u
 build=${1:?usage: ncu_side_by_side.sh BUILD_DIR LOG_DIR}
 logs=${2:?usage: ncu_side_by_side.sh BUILD_DIR LOG_DIR}
@@ -35,6 +38,17 @@ PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" timeout 300 "${profile[@]}
   -k regex:FlashAttention python3 "$(dirname "$0")/fa4_profile_case.py" "$work/mask.npy" "$work/perm.npy" 363600 \
   >"$logs/fa4.csv"
 echo "fa4 rc=$?"
+if [ "${SIDE_SOURCE:-0}" = 1 ]; then
+  source_page=(ncu --clock-control none --cache-control all --section SourceCounters --section WarpStateStats
+               --page source --print-source sass --csv)
+  timeout 200 "${source_page[@]}" -k regex:fwd_kernel --launch-count 1 "$bench" "${case_args[@]}" --mask video \
+    --density 0.28 --order wavealign --warmup 0 --iters 1 >"$logs/ours-source.csv"
+  echo "ours source rc=$?"
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" timeout 300 "${source_page[@]}" --profile-from-start off \
+    -k regex:FlashAttention python3 "$(dirname "$0")/fa4_profile_case.py" "$work/mask.npy" "$work/perm.npy" 363600 \
+    --no-dense >"$logs/fa4-source.csv"
+  echo "fa4 source rc=$?"
+fi
 python3 -c 'import json, numpy as np, sys; m = np.load(sys.argv[1]); print(json.dumps({"mask": "video",
 "density": float(m.mean()), "nnz_blocks": int(m.sum()), "shape": list(m.shape), "tokens": 363600}))' \
   "$work/mask.npy" >"$logs/side-cases.jsonl"
