@@ -23,11 +23,62 @@ __device__ inline float to_float(uint16_t bits, ElementType type) {
   return __half2float(__ushort_as_half(bits));
 }
 
-// One block of 4 warps per pooled block: warp w takes rows w, w + 4, ...; lane l holds columns l + 32 e. The
-// sum of the normalised rows gives the self-similarity: the mean of all pairwise cosines (diagonal included)
-// is |sum of unit rows|^2 / n^2. A zero row normalises to zero. (Staging 32 rows at a time in shared memory by
-// 16-byte loads, or keeping 4 rows' loads in flight per warp, did not help on the H200: 98 and 96 us per head's
-// 93 MB against 76 us; each warp's row-by-row chain of loads, norm shuffles and sums sets the time.)
+template <class Element>
+__device__ inline float element_to_float(uint16_t bits);
+template <>
+__device__ inline float element_to_float<__nv_bfloat16>(uint16_t bits) {
+  return __uint_as_float(uint32_t(bits) << 16);
+}
+template <>
+__device__ inline float element_to_float<__half>(uint16_t bits) {
+  return __half2float(__ushort_as_half(bits));
+}
+
+// Warp `warp`'s rows first + warp, first + warp + 4, ... < last in order: per lane, columns lane + 32 e (e <
+// kColumns, those < head_dim valid) of each row, minus the shift, into the column sums and, scaled by the
+// row's inverse norm, the unit-row sums. The element type, the valid columns and the shift are fixed before
+// the loop: with them decided per element (a type branch, a column test and a shift test for each of 8
+// possible columns) a row cost ~150 instructions per warp and the kernel was issue-bound (76 us per head of
+// 363,600 rows; ~65 us of issue at 132 SMs x 4 schedulers), now ~45 at head_dim 128.
+template <class Element, int kColumns>
+__device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t last, int warp, int lane,
+                                float (&sum)[kMaxLaneColumns], float (&unit)[kMaxLaneColumns]) {
+  bool valid[kColumns];
+  float shift[kColumns];
+#pragma unroll
+  for (int e = 0; e < kColumns; ++e) {
+    const int c = lane + 32 * e;
+    valid[e] = c < params.head_dim;
+    shift[e] = valid[e] && params.shift ? params.shift[c] : 0.0f;
+  }
+  for (int64_t t = first + warp; t < last; t += kPoolWarps) {
+    const uint16_t* row = params.rows + t * params.token_stride + lane;
+    float x[kColumns], norm = 0;
+#pragma unroll
+    for (int e = 0; e < kColumns; ++e) {
+      x[e] = 0;
+      if (valid[e]) {
+        x[e] = element_to_float<Element>(row[32 * e]) - shift[e];
+        norm += x[e] * x[e];
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
+    const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < kColumns; ++e) {
+      sum[e] += x[e];
+      unit[e] += x[e] * inverse;
+    }
+  }
+}
+
+// One block of 4 warps per pooled block: warp w takes rows w, w + 4, ...; lane l holds columns l + 32 e
+// (kColumns = head_dim / 32 rounded up: 2, 4 or 8). The sum of the normalised rows gives the self-similarity:
+// the mean of all pairwise cosines (diagonal included) is |sum of unit rows|^2 / n^2. A zero row normalises to
+// zero. (Staging 32 rows at a time in shared memory by 16-byte loads, or keeping 4 rows' loads in flight per
+// warp, did not help on the H200: 98 and 96 us per head against 76 us, both with more instructions per row.)
+template <int kColumns>
 __global__ void pool_kernel(PoolParams params) {
   __shared__ float sums[kPoolWarps][256];
   __shared__ float units[kPoolWarps][256];
@@ -36,27 +87,11 @@ __global__ void pool_kernel(PoolParams params) {
   const int block = blockIdx.x, d = params.head_dim;
   const int64_t first = int64_t(block) * params.block;
   const int64_t last = first + params.block < params.tokens ? first + params.block : params.tokens;
-  float sum[kMaxLaneColumns] = {}, unit[kMaxLaneColumns] = {}, x[kMaxLaneColumns];
-  for (int64_t t = first + warp; t < last; t += kPoolWarps) {
-    const uint16_t* row = params.rows + t * params.token_stride;
-    float norm = 0;
-#pragma unroll
-    for (int e = 0; e < kMaxLaneColumns; ++e) {
-      const int c = lane + 32 * e;
-      x[e] = 0;
-      if (c < d) {
-        x[e] = to_float(row[c], params.element_type) - (params.shift ? params.shift[c] : 0.0f);
-        norm += x[e] * x[e];
-      }
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
-    const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
-#pragma unroll
-    for (int e = 0; e < kMaxLaneColumns; ++e) {
-      sum[e] += x[e];
-      unit[e] += x[e] * inverse;
-    }
+  float sum[kMaxLaneColumns] = {}, unit[kMaxLaneColumns] = {};
+  if (params.element_type == ElementType::kBf16) {
+    add_rows<__nv_bfloat16, kColumns>(params, first, last, warp, lane, sum, unit);
+  } else {
+    add_rows<__half, kColumns>(params, first, last, warp, lane, sum, unit);
   }
 #pragma unroll
   for (int e = 0; e < kMaxLaneColumns; ++e) {
@@ -137,7 +172,16 @@ __global__ void row_mean_kernel(const uint16_t* __restrict__ rows, int count, in
 void launch_pool_blocks(const PoolParams& params, cudaStream_t stream) {
   const int64_t blocks = (params.tokens + params.block - 1) / params.block;
   if (blocks <= 0) return;
-  pool_kernel<<<unsigned(blocks), kPoolWarps * 32, 0, stream>>>(params);
+  WA_CHECK(params.head_dim > 0 && params.head_dim <= 32 * kMaxLaneColumns, "pooling takes head_dim 1 to ",
+           32 * kMaxLaneColumns, ", got ", params.head_dim);
+  const dim3 grid{unsigned(blocks)}, threads{unsigned(kPoolWarps * 32)};
+  if (params.head_dim <= 64) {
+    pool_kernel<2><<<grid, threads, 0, stream>>>(params);
+  } else if (params.head_dim <= 128) {
+    pool_kernel<4><<<grid, threads, 0, stream>>>(params);
+  } else {
+    pool_kernel<8><<<grid, threads, 0, stream>>>(params);
+  }
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
