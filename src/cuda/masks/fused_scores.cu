@@ -42,12 +42,14 @@
 #include "cuda/attention/cuda_check.h"
 #include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm80/instructions.cuh"
+#include "cuda/attention/softmax.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
 namespace {
 
+using detail::fast_exp2;
 using detail::sm80::cp_async_16;
 using detail::sm80::cp_async_4;
 using detail::sm80::cp_async_commit;
@@ -267,7 +269,7 @@ struct FusedTile {
 __device__ inline void combine_log2(float& top, float& sum, float other_top, float other_sum) {
   const float next = fmaxf(top, other_top);
   if (next == -INFINITY) return;
-  sum = sum * exp2f(top - next) + other_sum * exp2f(other_top - next);
+  sum = sum * fast_exp2(top - next) + other_sum * fast_exp2(other_top - next);
   top = next;
 }
 
@@ -309,7 +311,7 @@ __device__ __forceinline__ void stage_row_parts(const float (&acc)[2][4][4], flo
       const float shift = top == -INFINITY ? 0.0f : top;
       float sum = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sum += exp2f(x[e] - shift);
+      for (int e = 0; e < 8; ++e) sum += fast_exp2(x[e] - shift);
       sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
       sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
       if (pair == 0) {
@@ -364,8 +366,8 @@ __device__ __forceinline__ float stage_probabilities(const float (&acc)[2][4][4]
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         float2 p;
-        p.x = exp2f(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift) * inverse;
-        p.y = exp2f(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift) * inverse;
+        p.x = fast_exp2(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift) * inverse;
+        p.y = fast_exp2(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift) * inverse;
         *reinterpret_cast<float2*>(tile + row * kProbabilityStride + quarter * kWarpKeys + nt * 8 + 2 * pair) = p;
         column[2 * nt] += p.x;
         column[2 * nt + 1] += p.y;
