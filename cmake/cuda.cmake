@@ -117,7 +117,13 @@ if(wa_build_sm90)
   if(NOT WA_SM90_FMA_EXP2_EVERY MATCHES "^(0|2|4|8)$")
     message(FATAL_ERROR "WA_SM90_FMA_EXP2_EVERY must be 0, 2, 4 or 8, got '${WA_SM90_FMA_EXP2_EVERY}'")
   endif()
+  # Loop control and wait order (docs/kernel.md, "Per-instruction stall samples"): the consumer's KV loop count
+  # made warp-uniform (no YIELD, no divergent fallback copy of the softmax in the loop), and the wait for the
+  # previous block's V moved from before the S GEMM to between the S and the PV GEMMs.
+  option(WA_SM90_UNIFORM_TRIP_COUNT "Hopper kernel: the consumer's KV loop count passed through a warp reduction" OFF)
+  option(WA_SM90_LATE_V_WAIT "Hopper kernel: wait for V after issuing the S GEMM, not before" OFF)
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
+    WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
     WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY} WA_SM90_EARLY_P_CONVERSION=$<BOOL:${WA_SM90_EARLY_P_CONVERSION}>
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
     WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>

@@ -44,6 +44,10 @@ variants=(
   "chains4|-DWA_SM90_ROW_MAX_CHAINS=4"
   "latep|-DWA_SM90_EARLY_P_CONVERSION=OFF"
   "chains4+uniform|-DWA_SM90_ROW_MAX_CHAINS=4 -DWA_SM90_UNIFORM_OPERANDS=ON"
+  "uniformn|-DWA_SM90_UNIFORM_TRIP_COUNT=ON"
+  "latev|-DWA_SM90_LATE_V_WAIT=ON"
+  "uniformn+latev|-DWA_SM90_UNIFORM_TRIP_COUNT=ON -DWA_SM90_LATE_V_WAIT=ON"
+  "uniformn+latev+pingpong|-DWA_SM90_UNIFORM_TRIP_COUNT=ON -DWA_SM90_LATE_V_WAIT=ON -DWA_SM90_PINGPONG=ON"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).

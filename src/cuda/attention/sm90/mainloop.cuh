@@ -10,7 +10,7 @@
 //
 // Build options of the consumer's instruction stream (docs/kernel.md, "Instruction count per
 // KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
-// WA_SM90_EARLY_P_CONVERSION.
+// WA_SM90_EARLY_P_CONVERSION, WA_SM90_UNIFORM_TRIP_COUNT, WA_SM90_LATE_V_WAIT.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -181,6 +181,20 @@ constexpr int kFmaExp2Every = WA_SM90_FMA_EXP2_EVERY;
 #define WA_SM90_EARLY_P_CONVERSION 1
 #endif
 constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
+// WA_SM90_UNIFORM_TRIP_COUNT: the KV loop's count through a warp reduction, so the compiler knows the loop
+// cannot diverge: ncu's per-instruction samples put ~47 SM cycles per warp and block on the "branch resolving"
+// stall after the loop head's YIELD, which the compiler inserts only into loops that may diverge (FA4's loop
+// has none); with it the divergent fallback copy of the softmax (BRA.DIV, 163 instructions) goes too.
+#ifndef WA_SM90_UNIFORM_TRIP_COUNT
+#define WA_SM90_UNIFORM_TRIP_COUNT 0
+#endif
+constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
+// WA_SM90_LATE_V_WAIT: wait for V_{i-1} after issuing S_i = Q K_i^T, not before, so the S GEMM starts while
+// V is still in flight (FA4's order; its consumers wait ~40 fewer cycles per block on K/V than ours).
+#ifndef WA_SM90_LATE_V_WAIT
+#define WA_SM90_LATE_V_WAIT 0
+#endif
+constexpr bool kLateVWait = WA_SM90_LATE_V_WAIT != 0;
 
 template <class Traits>
 struct Mainloop {
@@ -336,7 +350,7 @@ struct Mainloop {
     const int lane = tid % 32;
     const int quad_lane = lane & 3;
     const int valid_in_partial = p.tokens - (p.kv_blocks - 1) * kBlockN;
-    const int n = warp_uniform<kUniformOperands>(record.n_blocks);
+    const int n = warp_uniform<kUniformOperands || kUniformTripCount>(record.n_blocks);
     const int partial_position = warp_uniform<kUniformOperands>(record.partial_position);
 
     auto convert_p = [&]() {
@@ -371,9 +385,10 @@ struct Mainloop {
       kv.advance();
       const int stage = kv_at(position).index();
       Barrier::wait(&storage.k_full[stage], kv_at(position).phase());
-      Barrier::wait(&storage.v_full[prev_stage], prev_phase);
+      if constexpr (!kLateVWait) Barrier::wait(&storage.v_full[prev_stage], prev_phase);
       turn.begin();
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      if constexpr (kLateVWait) Barrier::wait(&storage.v_full[prev_stage], prev_phase);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrO);
       turn.end();
       warpgroup_wait<1>();  // S_i is ready; the PV GEMM may still run
