@@ -118,10 +118,13 @@ if(wa_build_sm90)
     message(FATAL_ERROR "WA_SM90_FMA_EXP2_EVERY must be 0, 2, 4 or 8, got '${WA_SM90_FMA_EXP2_EVERY}'")
   endif()
   # Loop control and wait order (docs/kernel.md, "Per-instruction stall samples"): the consumer's KV loop count
-  # made warp-uniform (no YIELD, no divergent fallback copy of the softmax in the loop), and the wait for the
-  # previous block's V moved from before the S GEMM to between the S and the PV GEMMs.
+  # made warp-uniform (no YIELD, no divergent fallback copy of the softmax in the loop; more cycles per block on
+  # the H200, not kept), and the wait for the previous block's V moved from before the S GEMM to between the S
+  # and the PV GEMMs, the default since its H200 measurement (h200-kernel-variants.json, the 99244e8 run): SM
+  # cycles per block 2,570 -> 2,543 (video), 2,632 -> 2,598 (dense); video 590.1 -> 595.4 TF/s, random
+  # 610.9 -> 613.8, dense 647.3 -> 655.9.
   option(WA_SM90_UNIFORM_TRIP_COUNT "Hopper kernel: the consumer's KV loop count passed through a warp reduction" OFF)
-  option(WA_SM90_LATE_V_WAIT "Hopper kernel: wait for V after issuing the S GEMM, not before" OFF)
+  option(WA_SM90_LATE_V_WAIT "Hopper kernel: wait for V after issuing the S GEMM, not before" ON)
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
     WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
     WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY} WA_SM90_EARLY_P_CONVERSION=$<BOOL:${WA_SM90_EARLY_P_CONVERSION}>

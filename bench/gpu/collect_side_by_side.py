@@ -5,15 +5,20 @@ executed warp instructions (in total and per 128 x 128 block), issue rate, the p
 predicated-on threads per warp, the top stall reasons (warps stalled per issue), registers and shared memory per
 CTA, grid, L2 hit rate and DRAM bytes (read and written).
 
-    python3 bench/gpu/collect_side_by_side.py LOG_DIR [--json OUT.json] [--markdown]
+    python3 bench/gpu/collect_side_by_side.py LOG_DIR [--json OUT.json] [--markdown] [--source]
 
 Reads LOG_DIR/{ours-sparse,ours-dense,fa4}.csv (ncu's raw page; fa4.csv holds the sparse then the dense launch)
-and LOG_DIR/side-cases.jsonl (the mask's nonzero block count).
+and LOG_DIR/side-cases.jsonl (the mask's nonzero block count). --source also reads LOG_DIR/{ours,fa4}-source.csv
+(ncu's source page of the sparse launch, `SIDE_SOURCE=1 bench/gpu/ncu_side_by_side.sh`) and splits each
+consumer loop at its landmarks (the S GEMM's first wgmma, the PV GEMM's first wgmma, the wait for S) into
+phases, each with its instructions and SM cycles per consumer warp and KV block and its largest stall reasons.
 """
 import argparse
+import collections
 import csv
 import json
 import pathlib
+import re
 import sys
 
 BLOCK = 128
@@ -80,11 +85,80 @@ def summary(kernel: dict, blocks: int) -> dict:
     }
 
 
+CONSUMER_WARPS = 8  # per CTA in both kernels: two consumer warpgroups
+PHASES = ("loop head to the S GEMM (K/V waits)", "S GEMM issue", "PV GEMM issue", "wait for S",
+          "softmax to the loop's end")
+# Stall samples that ncu's source page gives no reason column for: at a warpgroup's first wgmma of a batch,
+# the wait until the tensor core takes it (the other warpgroup's GEMMs still run).
+UNNAMED = "wgmma issue (no named reason)"
+
+
+def source_rows(path: pathlib.Path) -> tuple[list, list]:
+    """(header, rows) of ncu's source page in SASS: the row of column names starts with 'Address'."""
+    rows = [row for row in csv.reader(path.read_text().splitlines()) if row]
+    start = next((i for i, row in enumerate(rows) if row[0] == "Address"), None)
+    if start is None:
+        raise SystemExit(f"collect_side_by_side: {path} holds no source page (no 'Address' column)")
+    header = rows[start]
+    return header, [dict(zip(header, row)) for row in rows[start + 1:] if len(row) == len(header)]
+
+
+def plain(text: str) -> float:
+    text = text.replace(",", "").strip()
+    return float(text) if text else 0.0
+
+
+def source_phases(path: pathlib.Path, blocks: int, cycles_per_block: float) -> dict:
+    """The consumer loop of one source page in phases. The loop is every instruction executed once per consumer
+    warp and block (at least half of 8 per block; the per-row and producer code runs far less often); its
+    landmarks, in address order: the first wgmma with a zero accumulator (S = Q K^T starts), the first wgmma
+    reading a transposed B operand (V: the PV GEMM starts), the `WARPGROUP.DEPBAR.LE gsb0, 0x1` that waits for
+    S. A consumer warp spends the SM's cycles per block in the loop, so a phase's cycles are that many times
+    its share of the loop's stall samples."""
+    header, rows = source_rows(path)
+    reasons = [name for name in header if name.startswith("stall_") and "Not Issued" not in name]
+    loop = [row for row in rows if plain(row["Instructions Executed"]) >= 0.5 * CONSUMER_WARPS * blocks]
+    if not loop:
+        raise SystemExit(f"collect_side_by_side: {path}: no instruction runs once per consumer warp and block")
+    text = [row["Source"].strip() for row in loop]
+    def first(predicate, what):
+        index = next((i for i, t in enumerate(text) if predicate(t)), None)
+        if index is None:
+            raise SystemExit(f"collect_side_by_side: {path}: the loop has no {what}")
+        return index
+    s_start = first(lambda t: t.startswith("HGMMA") and ", RZ" in t, "wgmma with a zero accumulator")
+    pv_start = first(lambda t: t.startswith("HGMMA") and "tnspB" in t, "wgmma with a transposed B")
+    s_wait = first(lambda t: t.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"), "wait for S (DEPBAR.LE gsb0, 0x1)")
+    if not s_start < pv_start < s_wait:
+        raise SystemExit(f"collect_side_by_side: {path}: landmarks out of order ({s_start}, {pv_start}, {s_wait})")
+    bounds = (0, s_start, pv_start, s_wait, s_wait + 1, len(loop))
+    samples = [plain(row["Warp Stall Sampling (All Samples)"]) for row in loop]
+    cycles_per_sample = cycles_per_block / sum(samples)
+    phases = []
+    for name, lo, hi in zip(PHASES, bounds, bounds[1:]):
+        by_reason = collections.Counter()
+        for row, total in zip(loop[lo:hi], samples[lo:hi]):
+            named = {reason[6:]: plain(row[reason]) for reason in reasons}
+            by_reason.update(named)
+            by_reason[UNNAMED] += max(0.0, total - sum(named.values()))
+        phases.append({
+            "phase": name,
+            "instructions_per_warp": sum(plain(row["Instructions Executed"]) for row in loop[lo:hi])
+                                     / (CONSUMER_WARPS * blocks),
+            "cycles_per_warp": sum(samples[lo:hi]) * cycles_per_sample,
+            "top_reasons_cycles": {reason: value * cycles_per_sample
+                                   for reason, value in by_reason.most_common(4) if value > 0}})
+    yields = [t for t in text if re.match(r"(@!?U?P\w+\s+)?(YIELD|BSSY|BSYNC|WARPSYNC)", t)]
+    return {"loop_instructions": len(loop), "cycles_per_block": cycles_per_block, "phases": phases,
+            "reconvergence_in_loop": dict(collections.Counter(t.split()[0] for t in yields))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", type=pathlib.Path)
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--source", action="store_true", help="also the consumer loops' phases from the source pages")
     args = parser.parse_args()
     case = json.loads((args.logs / "side-cases.jsonl").read_text().splitlines()[0])
     sparse_blocks = int(case["nnz_blocks"])
@@ -99,8 +173,26 @@ def main() -> int:
         "ours dense": summary(kernels(args.logs / "ours-dense.csv")[0], dense_blocks),
         "FA4 dense": summary(fa4[1], dense_blocks),
     }
+    result = {"case": case, "kernels": table}
+    if args.source:
+        result["source_phases"] = {
+            name: source_phases(args.logs / f"{file}-source.csv", sparse_blocks, table[f"{name} sparse"]["sm_cycles_per_block"])
+            for name, file in (("ours", "ours"), ("FA4", "fa4"))}
+        for name, loop in result["source_phases"].items():
+            print(f"{name}: {loop['loop_instructions']} loop instructions, {loop['cycles_per_block']:,.0f} SM cycles per "
+                  f"block; in the loop: {loop['reconvergence_in_loop'] or 'no YIELD/BSSY/BSYNC/WARPSYNC'}")
+        print("| phase | " + " | ".join(f"{n}: instructions / cycles per warp and block (largest stalls)"
+                                        for n in result["source_phases"]) + " |")
+        print("|---" * (1 + len(result["source_phases"])) + "|")
+        for i, phase in enumerate(PHASES):
+            cells = []
+            for loop in result["source_phases"].values():
+                entry = loop["phases"][i]
+                top = ", ".join(f"{r} {c:.0f}" for r, c in list(entry["top_reasons_cycles"].items())[:3])
+                cells.append(f"{entry['instructions_per_warp']:.0f} / {entry['cycles_per_warp']:.0f} ({top})")
+            print(f"| {phase} | " + " | ".join(cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"case": case, "kernels": table}, indent=1) + "\n")
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.markdown:
         names = list(table)
         def line(label, fmt):

@@ -72,3 +72,61 @@ def test_a_metric_in_another_unit_is_refused(tmp_path):
     write_logs(tmp_path, {**BASE, "gpu__time_duration.sum": ("usecond", "100,000")})
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
     assert result.returncode != 0 and "gpu__time_duration.sum is in 'usecond', expected 'ns'" in result.stderr
+
+
+SOURCE_COLUMNS = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
+                  "Instructions Executed", "stall_wait", "stall_long_sb", "stall_wait (Not Issued)"]
+
+
+def source_page(instructions):
+    """ncu's source page in SASS: (sass, executed, all samples, wait samples, long_sb samples) per instruction."""
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(["Kernel Name", "kernel", ""])
+    writer.writerow(SOURCE_COLUMNS)
+    for address, (sass, executed, samples, wait, long_sb) in enumerate(instructions):
+        writer.writerow([hex(0x1000 + 16 * address), f"      {sass}", samples, samples, f"{executed:,}", wait, long_sb, 0])
+    return "==PROF== Connected\n" + out.getvalue()
+
+
+LOOP = [  # 1,000 blocks: consumer instructions run 8,000 times, the producer's 1,000
+    ("@!P0 BRA 0x2000", 8000, 200, 0, 150),
+    ("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12], RZ, !UPT", 8000, 300, 100, 0),
+    ("HGMMA.64x128x16.F32.BF16 R88, R152, gdesc[UR16].tnspB, R88", 8000, 100, 100, 0),
+    ("WARPGROUP.DEPBAR.LE gsb0, 0x1", 8000, 100, 0, 0),
+    ("FMNMX R189, R4, R15, !PT", 8000, 300, 300, 0),
+    ("YIELD", 8000, 0, 0, 0),
+    ("UTMALDG.2D [UR8], [UR4]", 1000, 5000, 0, 5000),
+]
+
+
+def test_source_phases_split_the_consumer_loop_at_its_landmarks(tmp_path):
+    write_logs(tmp_path)
+    for name in ("ours", "fa4"):
+        (tmp_path / f"{name}-source.csv").write_text(source_page(LOOP))
+    out = tmp_path / "side.json"
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--source", "--json", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    loop = json.loads(out.read_text())["source_phases"]["ours"]
+    assert loop["loop_instructions"] == 6  # the producer's instruction is not in the loop
+    assert loop["reconvergence_in_loop"] == {"YIELD": 1}
+    cycles = [phase["cycles_per_warp"] for phase in loop["phases"]]
+    per_block = 0.1 * 1.5e9 * 132 / 1000
+    assert sum(cycles) == pytest.approx(per_block)  # the loop's 1,000 samples carry all of a block's cycles
+    assert cycles == pytest.approx([0.2 * per_block, 0.3 * per_block, 0.1 * per_block, 0.1 * per_block, 0.3 * per_block])
+    s_gemm = loop["phases"][1]
+    assert s_gemm["instructions_per_warp"] == pytest.approx(1.0)
+    # 300 samples at the S GEMM's first wgmma, 100 of them with a named reason: 200 waited for the tensor core
+    assert list(s_gemm["top_reasons_cycles"]) == ["wgmma issue (no named reason)", "wait"]
+    assert s_gemm["top_reasons_cycles"]["wgmma issue (no named reason)"] == pytest.approx(0.2 * per_block)
+    assert "| S GEMM issue |" in result.stdout
+
+
+def test_a_source_page_without_the_landmarks_is_refused(tmp_path):
+    write_logs(tmp_path)
+    no_pv = [row for row in LOOP if "tnspB" not in row[0]]
+    for name in ("ours", "fa4"):
+        (tmp_path / f"{name}-source.csv").write_text(source_page(no_pv))
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--source"], capture_output=True, text=True)
+    assert result.returncode != 0 and "the loop has no wgmma with a transposed B" in result.stderr
