@@ -7,7 +7,8 @@ CTA, grid, L2 hit rate and DRAM bytes (read and written).
 
     python3 bench/gpu/collect_side_by_side.py LOG_DIR [--json OUT.json] [--markdown] [--source]
 
-Reads LOG_DIR/{ours-sparse,ours-dense,fa4}.csv (ncu's raw page; fa4.csv holds the sparse then the dense launch)
+Reads LOG_DIR/{ours-sparse,ours-dense,fa4}.csv (ncu's raw page; fa4.csv holds the sparse then the dense launch;
+without ours-dense.csv, SIDE_DENSE=0, the sparse launches alone)
 and LOG_DIR/side-cases.jsonl (the mask's nonzero block count). --source also reads LOG_DIR/{ours,fa4}-source.csv
 (ncu's source page of the sparse launch, `SIDE_SOURCE=1 bench/gpu/ncu_side_by_side.sh`) and splits each
 consumer loop at its landmarks (the S GEMM's first wgmma, the PV GEMM's first wgmma, the wait for S) into
@@ -165,14 +166,17 @@ def main() -> int:
     heads, q_blocks, kv_blocks = case["shape"]
     dense_blocks = heads * q_blocks * kv_blocks
     fa4 = kernels(args.logs / "fa4.csv")
-    if len(fa4) != 2:
-        raise SystemExit(f"collect_side_by_side: fa4.csv holds {len(fa4)} kernels, expected the sparse and the dense")
+    with_dense = (args.logs / "ours-dense.csv").exists()  # SIDE_DENSE=0 profiles the sparse launches only
+    if len(fa4) != 1 + with_dense:
+        raise SystemExit(f"collect_side_by_side: fa4.csv holds {len(fa4)} kernels, expected "
+                         + ("the sparse and the dense" if with_dense else "the sparse one (no ours-dense.csv)"))
     table = {
         "ours sparse": summary(kernels(args.logs / "ours-sparse.csv")[0], sparse_blocks),
         "FA4 sparse": summary(fa4[0], sparse_blocks),
-        "ours dense": summary(kernels(args.logs / "ours-dense.csv")[0], dense_blocks),
-        "FA4 dense": summary(fa4[1], dense_blocks),
     }
+    if with_dense:
+        table["ours dense"] = summary(kernels(args.logs / "ours-dense.csv")[0], dense_blocks)
+        table["FA4 dense"] = summary(fa4[1], dense_blocks)
     result = {"case": case, "kernels": table}
     if args.source:
         result["source_phases"] = {

@@ -130,3 +130,15 @@ def test_a_source_page_without_the_landmarks_is_refused(tmp_path):
         (tmp_path / f"{name}-source.csv").write_text(source_page(no_pv))
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--source"], capture_output=True, text=True)
     assert result.returncode != 0 and "the loop has no wgmma with a transposed B" in result.stderr
+
+
+def test_the_sparse_launches_alone_without_the_dense_pages(tmp_path):
+    write_logs(tmp_path)
+    (tmp_path / "ours-dense.csv").unlink()
+    out = tmp_path / "side.json"
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out)], capture_output=True, text=True)
+    assert result.returncode != 0 and "expected the sparse one (no ours-dense.csv)" in result.stderr
+    (tmp_path / "fa4.csv").write_text(raw_page(BASE))
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert list(json.loads(out.read_text())["kernels"]) == ["ours sparse", "FA4 sparse"]
