@@ -23,7 +23,8 @@ NCU_METRICS = {
 CASE_FIELDS = ("variant", "flags", "round", "mode", "mask", "order", "tokens", "heads", "head_dim", "block",
                "density", "ms", "tflops", "sm_clock_mhz", "power_w", "power_capped")
 COMMAND = ("bench/gpu/run_kernel_variants.sh: wa_bench_attention --model wan2.1-14b --frames 401 --heads 4 "
-           "{--mask video --density 0.28 --order wavealign | --mask random --density 0.2 --order wavealign | --dense} "
+           "{--mask video --density 0.28 --order wavealign | --mask random --density 0.2 --order wavealign | --dense | "
+           "--mask video --density 0.28 --order original} "
            "--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json, and in round 1 --heads 8 --tokens 32768 --dense "
            "{--head-dim 64 | --block 64}; one build per variant, rounds in rotated variant order, one machine")
 

@@ -3,7 +3,8 @@
 # matrix below into its own build dir (wa_bench_attention and wa_test_attention only, all builds in
 # parallel), runs wa_test_attention on each as soon as it is built (sm90 path; the default on both paths),
 # then times each variant on Wan2.1-14B 401 frames, 4 heads (video mask 0.28 and random mask 0.20 in
-# WaveAlign order, and dense mode; once also dense d = 64 and 64 x 64 blocks) in rounds that visit the
+# WaveAlign order, dense mode, and the video mask in its original order; once also dense d = 64 and 64 x 64
+# blocks) in rounds that visit the
 # variants in turn, and counts executed
 # instructions per 128 x 128 block with Nsight Compute (dense, 8 heads x 32,768 tokens, and the video mask)
 # while time is left.
@@ -48,6 +49,8 @@ variants=(
   "uniformn|-DWA_SM90_UNIFORM_TRIP_COUNT=ON"
   "earlyv|-DWA_SM90_LATE_V_WAIT=OFF"
   "uniformn+pingpong|-DWA_SM90_UNIFORM_TRIP_COUNT=ON -DWA_SM90_PINGPONG=ON"
+  "kahead|-DWA_SM90_K_AHEAD=ON"
+  "kahead+pingpong|-DWA_SM90_K_AHEAD=ON -DWA_SM90_PINGPONG=ON"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).
@@ -115,7 +118,7 @@ done
 timing=(--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json)
 wan="--model wan2.1-14b --frames 401 --heads 4"
 cases=("$wan --mask video --density 0.28 --order wavealign" "$wan --mask random --density 0.2 --order wavealign"
-       "$wan --dense")
+       "$wan --dense" "$wan --mask video --density 0.28 --order original")
 short_cases=("--heads 8 --tokens 32768 --dense --head-dim 64" "--heads 8 --tokens 32768 --dense --block 64")
 : >"$logs/variants.jsonl"
 run_round() {

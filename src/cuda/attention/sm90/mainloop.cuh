@@ -189,6 +189,11 @@ constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 #define WA_SM90_UNIFORM_TRIP_COUNT 0
 #endif
 constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
+// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load().
+#ifndef WA_SM90_K_AHEAD
+#define WA_SM90_K_AHEAD 0
+#endif
+constexpr bool kKAhead = WA_SM90_K_AHEAD != 0;
 // WA_SM90_LATE_V_WAIT (the default): wait for V_{i-1} after issuing S_i = Q K_i^T, not before, so the S GEMM
 // starts while V is still in flight (FA4's order; with V waited for first, our consumers spent ~80 more cycles
 // per block than FA4's on K/V waits). Measured: -1.1 % (video) and -1.3 % (dense) SM cycles per block.
@@ -267,25 +272,46 @@ struct Mainloop {
         auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
+        auto load_k = [&](int block, const StageCounter<kStages>& at) {
+          Barrier::wait(&storage.k_empty[at.index()], at.phase() ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.k_full[at.index()], Traits::kKVBytes);
+          copy(params.tma_k.with(storage.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
+               tKsK(_, at.index()));
+        };
+        auto load_v = [&](int block, const StageCounter<kStages>& at) {
+          Barrier::wait(&storage.v_empty[at.index()], at.phase() ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.v_full[at.index()], Traits::kKVBytes);
+          copy(params.tma_v.with(storage.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
+               tVsV(_, at.index()));
+        };
+        // kKAhead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
+        // its S GEMM is done and a V stage only when its PV GEMM is, one softmax later; loading K_j, V_j in
+        // turn held every K load behind the previous V stage's release.
+        StageCounter<kStages> v_stages = kv;
+        int previous_block = 0;
         for (int base = 0; base < item.n_blocks; base += 32) {
           const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
           const int count = min(32, item.n_blocks - base);
           for (int j = 0; j < count; ++j) {
             const int block = __shfl_sync(0xffffffffu, mine, j);
-            if (lane == 0) {
-              const int stage = kv.index();
-              const uint32_t phase = kv.phase();
-              Barrier::wait(&storage.k_empty[stage], phase ^ 1u);
-              TransactionBarrier::arrive_and_expect_tx(&storage.k_full[stage], Traits::kKVBytes);
-              copy(params.tma_k.with(storage.k_full[stage], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
-                   tKsK(_, stage));
-              Barrier::wait(&storage.v_empty[stage], phase ^ 1u);
-              TransactionBarrier::arrive_and_expect_tx(&storage.v_full[stage], Traits::kKVBytes);
-              copy(params.tma_v.with(storage.v_full[stage], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
-                   tVsV(_, stage));
+            if constexpr (kKAhead) {
+              if (lane == 0) {
+                load_k(block, kv);
+                if (base + j > 0) load_v(previous_block, v_stages);
+              }
+              if (base + j > 0) v_stages.advance();
+              previous_block = block;
+            } else {
+              if (lane == 0) {
+                load_k(block, kv);
+                load_v(block, kv);
+              }
             }
             kv.advance();
           }
+        }
+        if constexpr (kKAhead) {
+          if (lane == 0) load_v(previous_block, v_stages);
         }
       }
       ticket = fetch_next_ticket(p, lane);
