@@ -182,14 +182,18 @@ constexpr int kFmaExp2Every = WA_SM90_FMA_EXP2_EVERY;
 #endif
 constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 // WA_SM90_UNIFORM_TRIP_COUNT: the KV loop's count through a warp reduction, so the compiler knows the loop
-// cannot diverge: ncu's per-instruction samples put ~47 SM cycles per warp and block on the "branch resolving"
+// cannot diverge: ncu's per-instruction samples put ~59 SM cycles per warp and block on the "branch resolving"
 // stall after the loop head's YIELD, which the compiler inserts only into loops that may diverge (FA4's loop
-// has none); with it the divergent fallback copy of the softmax (BRA.DIV, 163 instructions) goes too.
+// has none); with it the divergent fallback copy of the softmax (BRA.DIV, 163 instructions) goes too. Off:
+// the compiler then keeps the stage bookkeeping on the uniform datapath and dense mode needs 4 % more cycles
+// per block (2,632 -> 2,745 on the H200).
 #ifndef WA_SM90_UNIFORM_TRIP_COUNT
 #define WA_SM90_UNIFORM_TRIP_COUNT 0
 #endif
 constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
-// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load().
+// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(). Off: on the
+// H200 it is +2.0 % (WaveAlign order) and +3.7 % (original order) on the video mask but -11 % in dense mode at
+// 363,600 tokens, whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %).
 #ifndef WA_SM90_K_AHEAD
 #define WA_SM90_K_AHEAD 0
 #endif
