@@ -16,7 +16,7 @@ import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from collect_side_by_side import kernels, number  # noqa: E402  (the raw page and its units, one reader)
+from collect_side_by_side import kernels, number, source_rows  # noqa: E402  (ncu's pages, one reader each)
 
 TIME_SCALE_TO_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
                     "s": 1e9, "second": 1e9}
@@ -98,17 +98,15 @@ def column(header: list, *words: str) -> int:
 def source_summary(path: pathlib.Path, top: int = 15) -> dict:
     """Executed warp instructions by opcode (predicates and modifiers dropped) and the `top` instructions by
     stall samples, from ncu's source page in SASS."""
-    rows = list(csv.reader(line for line in path.read_text().splitlines() if line.startswith('"')))
-    if len(rows) < 2:
-        raise SystemExit(f"collect_mask_kernels: {path} holds no source page")
-    header = rows[0]
+    header, records = source_rows(path)  # ncu puts a "Kernel Name" row above the column names
+    rows = [[record.get(name, "") for name in header] for record in records]
     source, executed = column(header, "source"), column(header, "instructions executed")
     try:
         stalls = column(header, "warp stall sampling", "all")
     except SystemExit:
         stalls = None
     by_opcode, lines = collections.Counter(), []
-    for row in rows[1:]:
+    for row in rows:
         text = row[source].strip()
         if not text or not row[executed].replace(",", "").strip().isdigit():
             continue

@@ -83,6 +83,7 @@ def test_the_source_page_gives_the_opcode_mix_and_the_stalled_instructions(tmp_p
     (tmp_path / "times.csv").write_text(times_page([(PASS1, "ns", "1,000")]))
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(["Kernel Name", "fused_tile_kernel<__nv_bfloat16, (int)128, (bool)0>(TileParams)", ""])
     writer.writerow(["Address", "Source", "Warp Stall Sampling (All Samples)",
                      "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed"])
     writer.writerow(["0x10", "HMMA.16816.F32.BF16 R4, R8, R12, R4", "30", "20", "6,400"])
