@@ -125,10 +125,14 @@ if(wa_build_sm90)
   # 610.9 -> 613.8, dense 647.3 -> 655.9.
   option(WA_SM90_UNIFORM_TRIP_COUNT "Hopper kernel: the consumer's KV loop count passed through a warp reduction" OFF)
   option(WA_SM90_LATE_V_WAIT "Hopper kernel: wait for V after issuing the S GEMM, not before" ON)
-  option(WA_SM90_K_AHEAD "Hopper kernel: the producer loads K of the next block before V of the current one" OFF)
+  set(WA_SM90_K_AHEAD 0 CACHE STRING
+    "Hopper kernel: the producer loads K of the next block before V of the current one (0 never, 1 always, 2 sparse launches)")
+  if(NOT WA_SM90_K_AHEAD MATCHES "^(0|1|2)$")
+    message(FATAL_ERROR "WA_SM90_K_AHEAD must be 0, 1 or 2, got '${WA_SM90_K_AHEAD}'")
+  endif()
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
     WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
-    WA_SM90_K_AHEAD=$<BOOL:${WA_SM90_K_AHEAD}>
+    WA_SM90_K_AHEAD=${WA_SM90_K_AHEAD}
     WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY} WA_SM90_EARLY_P_CONVERSION=$<BOOL:${WA_SM90_EARLY_P_CONVERSION}>
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
     WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>

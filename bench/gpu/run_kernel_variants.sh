@@ -49,8 +49,9 @@ variants=(
   "uniformn|-DWA_SM90_UNIFORM_TRIP_COUNT=ON"
   "earlyv|-DWA_SM90_LATE_V_WAIT=OFF"
   "uniformn+pingpong|-DWA_SM90_UNIFORM_TRIP_COUNT=ON -DWA_SM90_PINGPONG=ON"
-  "kahead|-DWA_SM90_K_AHEAD=ON"
-  "kahead+pingpong|-DWA_SM90_K_AHEAD=ON -DWA_SM90_PINGPONG=ON"
+  "kahead|-DWA_SM90_K_AHEAD=1"
+  "kahead-sparse|-DWA_SM90_K_AHEAD=2"
+  "kahead+pingpong|-DWA_SM90_K_AHEAD=1 -DWA_SM90_PINGPONG=ON"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).
@@ -119,6 +120,9 @@ timing=(--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json)
 wan="--model wan2.1-14b --frames 401 --heads 4"
 cases=("$wan --mask video --density 0.28 --order wavealign" "$wan --mask random --density 0.2 --order wavealign"
        "$wan --dense" "$wan --mask video --density 0.28 --order original")
+# WA_VARIANT_FULL_MASK=1 adds a full mask through the sparse path (every block kept), which dense mode's
+# L2 behaviour may share.
+[ "${WA_VARIANT_FULL_MASK:-0}" = 1 ] && cases+=("$wan --mask random --density 1.0 --order original")
 short_cases=("--heads 8 --tokens 32768 --dense --head-dim 64" "--heads 8 --tokens 32768 --dense --block 64")
 : >"$logs/variants.jsonl"
 run_round() {

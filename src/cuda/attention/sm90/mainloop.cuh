@@ -191,13 +191,15 @@ constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 #define WA_SM90_UNIFORM_TRIP_COUNT 0
 #endif
 constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
-// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(). Off: on the
-// H200 it is +2.0 % (WaveAlign order) and +3.7 % (original order) on the video mask but -11 % in dense mode at
-// 363,600 tokens, whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %).
+// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(): 0 never, 1 in
+// every launch, 2 in sparse launches only (dense mode keeps K_j, V_j). 0 by default: on the H200, 1 is +2.0 %
+// (WaveAlign order) and +3.7 % (original order) on the video mask but -11 % in dense mode at 363,600 tokens,
+// whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %); 2 is not measured yet.
 #ifndef WA_SM90_K_AHEAD
 #define WA_SM90_K_AHEAD 0
 #endif
-constexpr bool kKAhead = WA_SM90_K_AHEAD != 0;
+constexpr int kKAheadMode = WA_SM90_K_AHEAD;
+static_assert(kKAheadMode >= 0 && kKAheadMode <= 2, "WA_SM90_K_AHEAD is 0, 1 or 2");
 // WA_SM90_LATE_V_WAIT (the default): wait for V_{i-1} after issuing S_i = Q K_i^T, not before, so the S GEMM
 // starts while V is still in flight (FA4's order; with V waited for first, our consumers spent ~80 more cycles
 // per block than FA4's on K/V waits). Measured: -1.1 % (video) and -1.3 % (dense) SM cycles per block.
@@ -288,9 +290,10 @@ struct Mainloop {
           copy(params.tma_v.with(storage.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
                tVsV(_, at.index()));
         };
-        // kKAhead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
+        // k_ahead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
         // its S GEMM is done and a V stage only when its PV GEMM is, one softmax later; loading K_j, V_j in
         // turn held every K load behind the previous V stage's release.
+        const bool k_ahead = kKAheadMode == 1 || (kKAheadMode == 2 && !p.dense);
         StageCounter<kStages> v_stages = kv;
         int previous_block = 0;
         for (int base = 0; base < item.n_blocks; base += 32) {
@@ -298,7 +301,7 @@ struct Mainloop {
           const int count = min(32, item.n_blocks - base);
           for (int j = 0; j < count; ++j) {
             const int block = __shfl_sync(0xffffffffu, mine, j);
-            if constexpr (kKAhead) {
+            if (k_ahead) {
               if (lane == 0) {
                 load_k(block, kv);
                 if (base + j > 0) load_v(previous_block, v_stages);
@@ -314,9 +317,7 @@ struct Mainloop {
             kv.advance();
           }
         }
-        if constexpr (kKAhead) {
-          if (lane == 0) load_v(previous_block, v_stages);
-        }
+        if (k_ahead && lane == 0) load_v(previous_block, v_stages);
       }
       ticket = fetch_next_ticket(p, lane);
     }
