@@ -10,7 +10,8 @@
 //
 // Build options of the consumer's instruction stream (docs/kernel.md, "Instruction count per
 // KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
-// WA_SM90_EARLY_P_CONVERSION, WA_SM90_UNIFORM_TRIP_COUNT, WA_SM90_LATE_V_WAIT.
+// WA_SM90_EARLY_P_CONVERSION, WA_SM90_UNIFORM_TRIP_COUNT, WA_SM90_LATE_V_WAIT; the producer's order:
+// WA_SM90_K_AHEAD.
 #pragma once
 
 #include <cute/tensor.hpp>
