@@ -305,16 +305,9 @@ void run_flexprefill(RunContext& context) {
     WA_CUDA_CHECK(cudaGetLastError());
 
     // The top vertical blocks and block diagonals of each head's budgets, as blocks of the mask.
-    WA_CUDA_CHECK(cudaMemsetAsync(vertical_flags, 0, size_t(heads) * blocks, context.stream));
-    WA_CUDA_CHECK(cudaMemsetAsync(slash_flags, 0, size_t(heads) * offsets, context.stream));
-    SelectParams top_vertical = row_selection(vertical_blocks, heads, blocks, vertical_flags);
-    top_vertical.counts = vertical_budget;
-    top_vertical.scratch = select_scratch;
-    launch_select(top_vertical, context.stream);
-    SelectParams top_slash = row_selection(slash_blocks, heads, offsets, slash_flags);
-    top_slash.counts = slash_budget;
-    top_slash.scratch = select_scratch;
-    launch_select(top_slash, context.stream);
+    flag_top_per_row(vertical_blocks, heads, blocks, vertical_flags, 0, vertical_budget, select_scratch,
+                     context.stream);
+    flag_top_per_row(slash_blocks, heads, offsets, slash_flags, 0, slash_budget, select_scratch, context.stream);
     blocks_kernel<<<dim3(unsigned(int64_t(heads) * blocks), unsigned((blocks + kThreads - 1) / kThreads)), kThreads,
                     0, context.stream>>>(vertical_flags, slash_flags, blocks, options.two_sided, group_mask);
     WA_CUDA_CHECK(cudaGetLastError());

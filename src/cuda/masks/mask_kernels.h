@@ -117,6 +117,10 @@ struct SelectParams {
   void* scratch = nullptr;            // select_scratch_bytes(segments, length) bytes (long segments only)
 };
 void launch_select(const SelectParams& params, cudaStream_t stream);
+/// The top values of each of `segments` rows of `length` values as flags (segments x length, cleared first):
+/// `counts[s]` of row s (device), or `count` of every row when `counts` is null.
+void flag_top_per_row(const float* values, int segments, int64_t length, uint8_t* flags, int64_t count,
+                      const int64_t* counts, void* scratch, cudaStream_t stream);
 /// Device scratch of a selection over `segments` segments of `length` values: 0 up to 65,536 values (one thread
 /// block per segment); above, the radix form's per-segment state and per-slice tie counts (4 KiB per segment
 /// and 8 bytes per 32,768 values). Scratch for the longest segments serves shorter ones too.

@@ -68,16 +68,10 @@ void run_minference(RunContext& context) {
     force_kernel<<<unsigned((forced + kThreads - 1) / kThreads), kThreads, 0, context.stream>>>(
         column_scores, diagonal_scores, heads, tokens, options.two_sided, options.sink_tokens, options.near_diagonals);
     WA_CUDA_CHECK(cudaGetLastError());
-    WA_CUDA_CHECK(cudaMemsetAsync(column_flags, 0, size_t(heads) * tokens, context.stream));
-    WA_CUDA_CHECK(cudaMemsetAsync(diagonal_flags, 0, size_t(heads) * diagonals, context.stream));
-    SelectParams columns = row_selection(column_scores, heads, tokens, column_flags);
-    columns.count = vertical_keep;
-    columns.scratch = select_scratch;
-    launch_select(columns, context.stream);
-    SelectParams slashes = row_selection(diagonal_scores, heads, diagonals, diagonal_flags);
-    slashes.count = slash_keep;
-    slashes.scratch = select_scratch;
-    launch_select(slashes, context.stream);
+    flag_top_per_row(column_scores, heads, tokens, column_flags, vertical_keep, nullptr, select_scratch,
+                     context.stream);
+    flag_top_per_row(diagonal_scores, heads, diagonals, diagonal_flags, slash_keep, nullptr, select_scratch,
+                     context.stream);
     launch_column_blocks(column_flags, tokens, heads, blocks, context.config.block, column_blocks, context.stream);
     launch_prefix(diagonal_flags, diagonals, heads, diagonal_prefix, context.stream);
     launch_blockify(column_blocks, diagonal_prefix, tokens, options.two_sided, heads, blocks, context.config.block,

@@ -418,4 +418,14 @@ void launch_select(const SelectParams& params, cudaStream_t stream) {
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
+void flag_top_per_row(const float* values, int segments, int64_t length, uint8_t* flags, int64_t count,
+                      const int64_t* counts, void* scratch, cudaStream_t stream) {
+  WA_CUDA_CHECK(cudaMemsetAsync(flags, 0, size_t(segments) * size_t(length), stream));
+  SelectParams top = row_selection(values, segments, length, flags);
+  top.count = count;
+  top.counts = counts;
+  top.scratch = scratch;
+  launch_select(top, stream);
+}
+
 }  // namespace wavealign::cuda::masks
