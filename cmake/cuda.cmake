@@ -126,7 +126,7 @@ if(wa_build_sm90)
   option(WA_SM90_UNIFORM_TRIP_COUNT "Hopper kernel: the consumer's KV loop count passed through a warp reduction" OFF)
   option(WA_SM90_LATE_V_WAIT "Hopper kernel: wait for V after issuing the S GEMM, not before" ON)
   set(WA_SM90_K_AHEAD 0 CACHE STRING
-    "Hopper kernel: the producer loads K of the next block before V of the current one (0 never, 1 always, 2 sparse launches)")
+    "Hopper kernel: the producer loads K of the next block before V of the current one (0 never, 1 always, 2 rows that skip a block)")
   if(NOT WA_SM90_K_AHEAD MATCHES "^(0|1|2)$")
     message(FATAL_ERROR "WA_SM90_K_AHEAD must be 0, 1 or 2, got '${WA_SM90_K_AHEAD}'")
   endif()

@@ -50,7 +50,7 @@ variants=(
   "earlyv|-DWA_SM90_LATE_V_WAIT=OFF"
   "uniformn+pingpong|-DWA_SM90_UNIFORM_TRIP_COUNT=ON -DWA_SM90_PINGPONG=ON"
   "kahead|-DWA_SM90_K_AHEAD=1"
-  "kahead-sparse|-DWA_SM90_K_AHEAD=2"
+  "kahead-partial|-DWA_SM90_K_AHEAD=2"
   "kahead+pingpong|-DWA_SM90_K_AHEAD=1 -DWA_SM90_PINGPONG=ON"
 )
 name_of() { echo "${1%%|*}"; }

@@ -192,8 +192,9 @@ constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 #define WA_SM90_UNIFORM_TRIP_COUNT 0
 #endif
 constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
-// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(): 0 never, 1 in
-// every launch, 2 in sparse launches only (dense mode keeps K_j, V_j). 0 by default: on the H200, 1 is +2.0 %
+// WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(): 0 never, 1 for
+// every row, 2 for rows that skip a block (full rows, as every row in dense mode, keep K_j, V_j). 0 by
+// default: on the H200, 1 is +2.0 %
 // (WaveAlign order) and +3.7 % (original order) on the video mask but -11 % in dense mode at 363,600 tokens,
 // whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %); 2 is not measured yet.
 #ifndef WA_SM90_K_AHEAD
@@ -294,7 +295,7 @@ struct Mainloop {
         // k_ahead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
         // its S GEMM is done and a V stage only when its PV GEMM is, one softmax later; loading K_j, V_j in
         // turn held every K load behind the previous V stage's release.
-        const bool k_ahead = kKAheadMode == 1 || (kKAheadMode == 2 && !p.dense);
+        const bool k_ahead = kKAheadMode == 1 || (kKAheadMode == 2 && item.n_blocks < p.kv_blocks);
         StageCounter<kStages> v_stages = kv;
         int previous_block = 0;
         for (int base = 0; base < item.n_blocks; base += 32) {
