@@ -130,7 +130,11 @@ if(wa_build_sm90)
   if(NOT WA_SM90_K_AHEAD MATCHES "^(0|1|2)$")
     message(FATAL_ERROR "WA_SM90_K_AHEAD must be 0, 1 or 2, got '${WA_SM90_K_AHEAD}'")
   endif()
+  # The softmax's two rows per thread side by side (FA4's order); static stall cycles of the d = 128 consumer
+  # loop 1,157 -> 1,114 (scripts/sass_census.py --stalls), not yet timed.
+  option(WA_SM90_INTERLEAVE_ROWS "Hopper kernel: the softmax's two rows per thread computed side by side" OFF)
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
+    WA_SM90_INTERLEAVE_ROWS=$<BOOL:${WA_SM90_INTERLEAVE_ROWS}>
     WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
     WA_SM90_K_AHEAD=${WA_SM90_K_AHEAD}
     WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY} WA_SM90_EARLY_P_CONVERSION=$<BOOL:${WA_SM90_EARLY_P_CONVERSION}>

@@ -52,6 +52,8 @@ variants=(
   "kahead|-DWA_SM90_K_AHEAD=1"
   "kahead-partial|-DWA_SM90_K_AHEAD=2"
   "kahead+pingpong|-DWA_SM90_K_AHEAD=1 -DWA_SM90_PINGPONG=ON"
+  "interleave|-DWA_SM90_INTERLEAVE_ROWS=ON"
+  "interleave+kahead-partial|-DWA_SM90_INTERLEAVE_ROWS=ON -DWA_SM90_K_AHEAD=2"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).

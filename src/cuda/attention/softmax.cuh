@@ -79,57 +79,101 @@ struct OnlineSoftmax {
   /// kFmaExp2Every: every kFmaExp2Every-th column slot (0: none) takes its probability from exp2_fma (FMA
   /// pipe) instead of MUFU.EX2, so the XU pipe that paces the loop carries 1 - 1/kFmaExp2Every of the exp2s.
   /// A slot's function is fixed by its index, so a row's bits stay the same under every schedule.
-  template <int kCols, bool kExactFactor = false, int kMaxChains = 1, int kFmaExp2Every = 0, class Frag>
+  ///
+  /// kInterleaveRows: the thread's two rows side by side (both maxima, then both rows' exp2s and sums slot by
+  /// slot) instead of one after the other, as FA4's softmax orders them, so each step has two independent
+  /// dependency chains; per row the same operations in the same order, so the same bits.
+  template <int kCols, bool kExactFactor = false, int kMaxChains = 1, int kFmaExp2Every = 0,
+            bool kInterleaveRows = false, class Frag>
   __device__ __forceinline__ void update(Frag& frag, float scale_log2, float (&factor)[2]) {
     constexpr int kSlots = kCols / 4;  // column slots per row held by one thread
     static_assert(kMaxChains >= 1 && (kMaxChains & (kMaxChains - 1)) == 0 && kSlots % kMaxChains == 0,
                   "a power-of-two number of chains that split the column slots evenly");
     static_assert(kFmaExp2Every == 0 || kFmaExp2Every >= 2, "every k-th slot on the FMA pipe, k >= 2 (or 0)");
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float tile_max = row_max[h];
-      if constexpr (kMaxChains == 1) {
-#pragma unroll
-        for (int j = 0; j < kSlots; ++j) tile_max = fmaxf(tile_max, frag(frag_index(h, j)));
-      } else {
-        float chain[kMaxChains];
-#pragma unroll
-        for (int c = 0; c < kMaxChains; ++c) chain[c] = frag(frag_index(h, c));
-#pragma unroll
-        for (int j = kMaxChains; j < kSlots; ++j) {
-          chain[j % kMaxChains] = fmaxf(chain[j % kMaxChains], frag(frag_index(h, j)));
-        }
-#pragma unroll
-        for (int width = kMaxChains / 2; width > 0; width /= 2) {
-#pragma unroll
-          for (int c = 0; c < width; ++c) chain[c] = fmaxf(chain[c], chain[c + width]);
-        }
-        tile_max = fmaxf(tile_max, chain[0]);
-      }
-      tile_max = quad_max(tile_max);
-      // exp2(s * scale_log2 - max_scaled) is one FFMA + EX2; a -inf max is replaced by 0 so that
-      // (-inf) - (-inf) never occurs.
-      const float max_scaled = tile_max == -INFINITY ? 0.f : tile_max * scale_log2;
-      if constexpr (kExactFactor) {
-        factor[h] = fast_exp2((row_max[h] - (tile_max == -INFINITY ? 0.f : tile_max)) * scale_log2);
-      } else {
-        factor[h] = fast_exp2(row_max[h] * scale_log2 - max_scaled);
-      }
-      row_max[h] = tile_max;
-      float sum = 0.f;
+    if constexpr (kInterleaveRows) {
+      static_assert(kMaxChains == 1 && kFmaExp2Every == 0, "interleaved rows: one max chain per row, MUFU exp2s");
+      float tile_max[2] = {row_max[0], row_max[1]};
 #pragma unroll
       for (int j = 0; j < kSlots; ++j) {
-        float& s = frag(frag_index(h, j));
-        const float argument = s * scale_log2 - max_scaled;
-        if constexpr (kFmaExp2Every > 0) {
-          s = j % kFmaExp2Every == kFmaExp2Every - 1 ? exp2_fma(argument) : fast_exp2(argument);
-        } else {
-          s = fast_exp2(argument);
-        }
-        sum += s;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) tile_max[h] = fmaxf(tile_max[h], frag(frag_index(h, j)));
       }
-      row_sum[h] = row_sum[h] * factor[h] + sum;
+      float max_scaled[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tile_max[h] = quad_max(tile_max[h]);
+        max_scaled[h] = scaled_max(tile_max[h], scale_log2);
+        factor[h] = rescale_factor<kExactFactor>(row_max[h], tile_max[h], max_scaled[h], scale_log2);
+        row_max[h] = tile_max[h];
+      }
+      float sum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& s = frag(frag_index(h, j));
+          s = fast_exp2(s * scale_log2 - max_scaled[h]);
+          sum[h] += s;
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * factor[h] + sum[h];
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = row_max[h];
+        if constexpr (kMaxChains == 1) {
+#pragma unroll
+          for (int j = 0; j < kSlots; ++j) tile_max = fmaxf(tile_max, frag(frag_index(h, j)));
+        } else {
+          float chain[kMaxChains];
+#pragma unroll
+          for (int c = 0; c < kMaxChains; ++c) chain[c] = frag(frag_index(h, c));
+#pragma unroll
+          for (int j = kMaxChains; j < kSlots; ++j) {
+            chain[j % kMaxChains] = fmaxf(chain[j % kMaxChains], frag(frag_index(h, j)));
+          }
+#pragma unroll
+          for (int width = kMaxChains / 2; width > 0; width /= 2) {
+#pragma unroll
+            for (int c = 0; c < width; ++c) chain[c] = fmaxf(chain[c], chain[c + width]);
+          }
+          tile_max = fmaxf(tile_max, chain[0]);
+        }
+        tile_max = quad_max(tile_max);
+        const float max_scaled = scaled_max(tile_max, scale_log2);
+        factor[h] = rescale_factor<kExactFactor>(row_max[h], tile_max, max_scaled, scale_log2);
+        row_max[h] = tile_max;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kSlots; ++j) {
+          float& s = frag(frag_index(h, j));
+          const float argument = s * scale_log2 - max_scaled;
+          if constexpr (kFmaExp2Every > 0) {
+            s = j % kFmaExp2Every == kFmaExp2Every - 1 ? exp2_fma(argument) : fast_exp2(argument);
+          } else {
+            s = fast_exp2(argument);
+          }
+          sum += s;
+        }
+        row_sum[h] = row_sum[h] * factor[h] + sum;
+      }
     }
+  }
+
+  /// exp2(s * scale_log2 - max_scaled) is one FFMA + EX2; a -inf max is replaced by 0 so that (-inf) - (-inf)
+  /// never occurs.
+  __device__ __forceinline__ static float scaled_max(float tile_max, float scale_log2) {
+    return tile_max == -INFINITY ? 0.f : tile_max * scale_log2;
+  }
+
+  /// What the O rows accumulated under old_max are multiplied by when the max becomes new_max (kExactFactor:
+  /// see update()).
+  template <bool kExactFactor>
+  __device__ __forceinline__ static float rescale_factor(float old_max, float new_max, float max_scaled,
+                                                         float scale_log2) {
+    if constexpr (kExactFactor) return fast_exp2((old_max - (new_max == -INFINITY ? 0.f : new_max)) * scale_log2);
+    return fast_exp2(old_max * scale_log2 - max_scaled);
   }
 
   /// Normalizers and natural-log LSE of the two rows. An empty or fully masked row gives inv 0 (O = 0) and

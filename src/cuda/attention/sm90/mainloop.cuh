@@ -10,8 +10,8 @@
 //
 // Build options of the consumer's instruction stream (docs/kernel.md, "Instruction count per
 // KV block"): WA_SM90_UNIFORM_OPERANDS, WA_SM90_EXACT_RESCALE, WA_SM90_ROW_MAX_CHAINS, WA_SM90_FMA_EXP2_EVERY,
-// WA_SM90_EARLY_P_CONVERSION, WA_SM90_UNIFORM_TRIP_COUNT, WA_SM90_LATE_V_WAIT; the producer's order:
-// WA_SM90_K_AHEAD.
+// WA_SM90_EARLY_P_CONVERSION, WA_SM90_UNIFORM_TRIP_COUNT, WA_SM90_LATE_V_WAIT, WA_SM90_INTERLEAVE_ROWS; the
+// producer's order: WA_SM90_K_AHEAD.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -209,6 +209,11 @@ static_assert(kKAheadMode >= 0 && kKAheadMode <= 2, "WA_SM90_K_AHEAD is 0, 1 or 
 #define WA_SM90_LATE_V_WAIT 1
 #endif
 constexpr bool kLateVWait = WA_SM90_LATE_V_WAIT != 0;
+// WA_SM90_INTERLEAVE_ROWS: the softmax's two rows per thread side by side (softmax.cuh, kInterleaveRows).
+#ifndef WA_SM90_INTERLEAVE_ROWS
+#define WA_SM90_INTERLEAVE_ROWS 0
+#endif
+constexpr bool kInterleaveRows = WA_SM90_INTERLEAVE_ROWS != 0;
 
 template <class Traits>
 struct Mainloop {
@@ -410,7 +415,8 @@ struct Mainloop {
       release_stage(&storage.k_empty[stage], lane);
       if (n == 1) release_stage(&storage.q_empty[q_stage], lane);
       if (partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every>(frag, p.scale_log2, factor);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every, kInterleaveRows>(frag, p.scale_log2,
+                                                                                        factor);
       convert_p();
     }
     for (int position = 1; position < n; ++position) {
@@ -430,7 +436,8 @@ struct Mainloop {
       release_stage(&storage.k_empty[stage], lane);
       if (position == n - 1) release_stage(&storage.q_empty[q_stage], lane);
       if (position == partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
-      softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every>(frag, p.scale_log2, factor);
+      softmax.update<kBlockN, kExactRescale, kRowMaxChains, kFmaExp2Every, kInterleaveRows>(frag, p.scale_log2,
+                                                                                        factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
