@@ -69,6 +69,11 @@ def timing_table(runs):
     return out
 
 
+# Reported when the profile has them (the 363,600-token dense case): L2 hit rate and DRAM bytes read.
+NCU_MEMORY = {"lts__t_sector_hit_rate.pct": "l2_hit_pct", "dram__bytes_read.sum": "dram_read_gb"}
+BYTES_PER_UNIT = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}
+
+
 def read_ncu(path, sms):
     """[(case label, {instructions, active_threads, predicated_on_threads, sm_cycles} per block)] of one
     ncu_<variant>.txt: '# case LABEL' lines, the benchmark's JSON line (for nnz_blocks), ncu's CSV rows."""
@@ -77,10 +82,12 @@ def read_ncu(path, sms):
     def flush():
         if label is not None and nnz and all(name in metric for name in NCU_METRICS):
             values = {NCU_METRICS[name]: metric[name] for name in NCU_METRICS}
-            cases.append((label, {"instructions_per_block": values["instructions"] / nnz,
-                                  "active_threads": values["active_threads"],
-                                  "predicated_on_threads": values["predicated_on_threads"],
-                                  "sm_cycles_per_block": values["sm_cycles"] * sms / nnz}))
+            entry = {"instructions_per_block": values["instructions"] / nnz,
+                     "active_threads": values["active_threads"],
+                     "predicated_on_threads": values["predicated_on_threads"],
+                     "sm_cycles_per_block": values["sm_cycles"] * sms / nnz}
+            entry.update({NCU_MEMORY[name]: metric[name] for name in NCU_MEMORY if name in metric})
+            cases.append((label, entry))
 
     for line in path.read_text().splitlines():
         if line.startswith("# case "):
@@ -91,6 +98,12 @@ def read_ncu(path, sms):
         elif line.startswith('"'):
             row = next(csv.reader(io.StringIO(line)))
             if len(row) >= 3 and row[-3] in NCU_METRICS:
+                metric[row[-3]] = float(row[-1].replace(",", ""))
+            elif len(row) >= 3 and row[-3] == "dram__bytes_read.sum":
+                if row[-2] not in BYTES_PER_UNIT:
+                    raise SystemExit(f"collect_kernel_variants: dram__bytes_read.sum in '{row[-2]}', expected bytes")
+                metric[row[-3]] = float(row[-1].replace(",", "")) * BYTES_PER_UNIT[row[-2]] / 1e9
+            elif len(row) >= 3 and row[-3] == "lts__t_sector_hit_rate.pct":
                 metric[row[-3]] = float(row[-1].replace(",", ""))
     flush()
     return cases
@@ -124,8 +137,10 @@ def main(argv=None):
         if not path.exists():
             continue
         for label, v in read_ncu(path, args.sms):
+            memory = (f"  L2 hit {v['l2_hit_pct']:.1f} %, DRAM read {v['dram_read_gb']:.1f} GB"
+                      if "l2_hit_pct" in v and "dram_read_gb" in v else "")
             print(f"{variant:26s} {label:28s} {v['instructions_per_block']:8.0f} {v['active_threads']:6.2f} / "
-                  f"{v['predicated_on_threads']:5.2f} {v['sm_cycles_per_block']:8.0f}")
+                  f"{v['predicated_on_threads']:5.2f} {v['sm_cycles_per_block']:8.0f}{memory}")
     run = {"device": "NVIDIA H200", "commit": args.commit, "date": datetime.date.today().isoformat(),
            "command": COMMAND, "cases": [{k: r.get(k) for k in CASE_FIELDS} for r in runs]}
     (args.logs / "run.json").write_text(json.dumps(run, indent=1) + "\n")

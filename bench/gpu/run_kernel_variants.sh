@@ -6,8 +6,8 @@
 # WaveAlign order, dense mode, and the video mask in its original order; once also dense d = 64 and 64 x 64
 # blocks) in rounds that visit the
 # variants in turn, and counts executed
-# instructions per 128 x 128 block with Nsight Compute (dense, 8 heads x 32,768 tokens, and the video mask)
-# while time is left.
+# instructions per 128 x 128 block with Nsight Compute (dense, 8 heads x 32,768 tokens, and the video mask;
+# and the L2 hit rate and DRAM reads of dense mode at 363,600 tokens) while time is left.
 #
 #   [WA_VARIANTS="default exact ..."] bench/gpu/run_kernel_variants.sh SRC_DIR LOG_DIR
 #
@@ -164,6 +164,12 @@ profile() {
     timeout 120 ncu --clock-control none -k regex:fwd_kernel --launch-count 1 --metrics "$metrics" --csv \
       "$dir/bench/wa_bench_attention" --model wan2.1-14b --frames 401 --heads 4 --mask video --density 0.28 \
       --order wavealign --warmup 0 --iters 1 --json
+    # Dense mode at 363,600 tokens, caches flushed: whether the CTAs still share their K/V reads in L2 (the
+    # K-ahead order broke that: L2 hit 96 -> 54 %, DRAM reads 17 -> 689 GB).
+    echo "# case dense 401 frames"
+    timeout 120 ncu --clock-control none --cache-control all -k regex:fwd_kernel --launch-count 1 \
+      --metrics "$metrics,lts__t_sector_hit_rate.pct,dram__bytes_read.sum" --csv \
+      "$dir/bench/wa_bench_attention" --model wan2.1-14b --frames 401 --heads 4 --dense --warmup 0 --iters 1 --json
   } >"$logs/ncu_$(file_of "$name").txt" 2>>"$logs/errors.txt"
 }
 if command -v ncu >/dev/null 2>&1; then

@@ -73,3 +73,24 @@ def test_ncu_per_block_values(tmp_path):
     assert values["instructions_per_block"] == pytest.approx(4000.0)
     assert values["sm_cycles_per_block"] == pytest.approx(2640.0)
     assert values["active_threads"] == pytest.approx(31.23)
+
+
+def test_ncu_memory_metrics_when_profiled(tmp_path):
+    row = '"0","1","void fwd_kernel_sm90<a, b>(c)","Command line profiler metrics","{}","{}","{}"\n'
+    dense_401 = ("# case dense 401 frames\n"
+                 + '{"impl": "wavealign-kernel", "mode": "dense", "nnz_blocks": 32285124}\n'
+                 + row.format("sm__cycles_elapsed.avg", "cycle", "624,587,606")
+                 + row.format("smsp__inst_executed.sum", "inst", "1")
+                 + row.format("smsp__thread_inst_executed_per_inst_executed.ratio", "", "31.1")
+                 + row.format("smsp__thread_inst_executed_pred_on_per_inst_executed.ratio", "", "30.7")
+                 + row.format("lts__t_sector_hit_rate.pct", "%", "54.09")
+                 + row.format("dram__bytes_read.sum", "Gbyte", "689.15"))
+    path = tmp_path / "ncu.txt"
+    path.write_text(NCU + dense_401)
+    cases = dict(collect.read_ncu(path, sms=132))
+    assert "l2_hit_pct" not in cases["dense 8x32768"]  # not profiled there
+    assert cases["dense 401 frames"]["l2_hit_pct"] == pytest.approx(54.09)
+    assert cases["dense 401 frames"]["dram_read_gb"] == pytest.approx(689.15)
+    path.write_text(NCU + dense_401.replace('"Gbyte"', '"furlong"'))
+    with pytest.raises(SystemExit, match="dram__bytes_read.sum in 'furlong'"):
+        collect.read_ncu(path, sms=132)
