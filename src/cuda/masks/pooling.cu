@@ -18,11 +18,6 @@ constexpr int kPoolWarps = 4;
 constexpr int kMaxLaneColumns = 8;  // head_dim <= 256 = 8 columns per lane
 constexpr int64_t kMeanChunkTokens = 512;  // 711 blocks per head at 363,600 tokens
 
-__device__ inline float to_float(uint16_t bits, ElementType type) {
-  if (type == ElementType::kBf16) return __uint_as_float(uint32_t(bits) << 16);
-  return __half2float(__ushort_as_half(bits));
-}
-
 template <class Element>
 __device__ inline float element_to_float(uint16_t bits);
 template <>
@@ -32,6 +27,11 @@ __device__ inline float element_to_float<__nv_bfloat16>(uint16_t bits) {
 template <>
 __device__ inline float element_to_float<__half>(uint16_t bits) {
   return __half2float(__ushort_as_half(bits));
+}
+
+/// The same conversion with the type chosen at run time (the kernels that do not specialise on it).
+__device__ inline float to_float(uint16_t bits, ElementType type) {
+  return type == ElementType::kBf16 ? element_to_float<__nv_bfloat16>(bits) : element_to_float<__half>(bits);
 }
 
 // Warp `warp`'s rows first + warp, first + warp + 4, ... < last in order: per lane, columns lane + 32 e (e <
