@@ -133,7 +133,12 @@ if(wa_build_sm90)
   # The softmax's two rows per thread side by side (FA4's order); static stall cycles of the d = 128 consumer
   # loop 1,157 -> 1,114 (scripts/sass_census.py --stalls), not yet timed.
   option(WA_SM90_INTERLEAVE_ROWS "Hopper kernel: the softmax's two rows per thread computed side by side" OFF)
+  # Benchmarks only: the producer records when each CTA walks which K/V blocks (src/cuda/attention/progress_trace.h,
+  # wa_bench_attention --progress-trace); public, so the dispatch's workspace and the benchmark agree.
+  option(WA_SM90_PROGRESS_TRACE "Hopper kernel: record each CTA's walk through K/V in the workspace (benchmarks)" OFF)
+  target_compile_definitions(wavealign_cuda PUBLIC WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}>)
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
+    WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}>
     WA_SM90_INTERLEAVE_ROWS=$<BOOL:${WA_SM90_INTERLEAVE_ROWS}>
     WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
     WA_SM90_K_AHEAD=${WA_SM90_K_AHEAD}

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_harness.h"
+#include "cuda/attention/progress_trace.h"
 
 namespace wavealign::cuda::testing {
 namespace {
@@ -98,6 +99,12 @@ TEST(QuerySupport, NoDeviceIsAReason) {
   const Support support = query_support(supported_args());
   EXPECT_FALSE(support.supported);
   EXPECT_NE(support.reason.find("no CUDA device"), std::string::npos) << support.reason;
+}
+
+// The workspace is the ticket counter's 16 bytes; only a progress-trace build (benchmarks) adds its trace.
+TEST(SparseAttention, WorkspaceIsTheTicketUnlessTracing) {
+  const size_t expected = detail::kProgressTrace ? detail::kProgressTraceOffset + detail::kProgressTraceBytes : 16;
+  EXPECT_EQ(workspace_bytes(supported_args()), expected);
 }
 
 // Argument checks run before the device is looked at, so they need no GPU.

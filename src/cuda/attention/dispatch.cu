@@ -13,6 +13,7 @@
 
 #include "cuda/attention/cuda_check.h"
 #include "cuda/attention/launch.h"
+#include "cuda/attention/progress_trace.h"
 #include "wavealign/attention.h"
 #include "wavealign/error.h"
 
@@ -238,7 +239,9 @@ Support query_support(const SparseAttentionArgs& args, int device) {
 }
 
 size_t workspace_bytes(const SparseAttentionArgs&) {
-  return 16;  // one 32-bit ticket counter, padded to an alignment every allocator gives
+  // One 32-bit ticket counter, padded to an alignment every allocator gives; then, in a progress-trace build
+  // (benchmarks only), the trace behind it (progress_trace.h).
+  return detail::kProgressTraceOffset + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
 }
 
 void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream stream) {
@@ -277,7 +280,8 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   params.dense = args.dense;
   params.sawtooth = args.traversal == Traversal::kSawtooth;
 
-  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, sizeof(unsigned int), stream));
+  const size_t zeroed = detail::kProgressTrace ? detail::kProgressTraceRecordsOffset : sizeof(unsigned int);
+  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, zeroed, stream));
   selection.entry->launch(params, stream);
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "cuda/attention/params.h"
+#include "cuda/attention/progress_trace.h"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
 #include "cuda/attention/sm90/pipeline.cuh"
@@ -259,6 +260,8 @@ struct Mainloop {
       q_stages.advance();
     };
 
+    // WA_SM90_PROGRESS_TRACE (progress_trace.h): lane 0 records when each batch of 32 walk positions starts.
+    ProgressTraceWriter trace(kProgressTrace && lane == 0);
     int ticket = static_cast<int>(blockIdx.x);
     for (;;) {
       WorkRecord record{-1, 0, 0, -1};
@@ -306,6 +309,10 @@ struct Mainloop {
         for (int base = 0; base < item.n_blocks; base += 32) {
           const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
           const int count = min(32, item.n_blocks - base);
+          if constexpr (kProgressTrace) {
+            static_assert(kProgressTraceEvery == 32, "one record per index batch");
+            trace.record(p.ticket, ticket, item.head, item.q_block, base, __shfl_sync(0xffffffffu, mine, 0));
+          }
           for (int j = 0; j < count; ++j) {
             const int block = __shfl_sync(0xffffffffu, mine, j);
             if (k_ahead) {
@@ -328,6 +335,7 @@ struct Mainloop {
       }
       ticket = fetch_next_ticket(p, lane);
     }
+    if constexpr (kProgressTrace) trace.finish(p.ticket);
     // Tail: wait until the consumers have released every stage, so no TMA write into this CTA's shared
     // memory is still in flight when the producer warp retires.
     if (lane == 0) {
