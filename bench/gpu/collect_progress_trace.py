@@ -11,7 +11,10 @@ latest record), grouped by head; the spread of a head is the range of those bloc
 range) over its CTAs, and a time's spread is the mean over heads weighted by their CTAs. In blocks, in MiB
 (x the K/V bytes of a block) and as a share of the L2: a dense launch whose spread stays well inside the L2
 reads each K/V block from HBM about once; one whose spread exceeds it reads it once per CTA. The first and
-the last tenth of the samples are reported apart, so a spread that grows during the launch shows.
+the last tenth of the samples are reported apart (as medians), so a spread that grows during the launch shows.
+In dense mode, where every row has the same blocks, also the spread over CTAs of the blocks walked since the
+launch (interpolated between records): the lockstep itself, free of the jump in block index where CTAs move on
+to their next rows at slightly different times.
 
 The trace format is progress_trace.h's, behind a JSON line (written by bench_attention.cu's
 write_progress_trace): uint32 record counts per CTA, then 32-byte records (time_ns u64, ticket, head, q_block,
@@ -125,6 +128,33 @@ def spreads(records, samples):
     return np.asarray(full), np.asarray(central), np.asarray(walking)
 
 
+def progress_spreads(records, samples, row_blocks):
+    """Dense mode: per sample time, the range and the 10-90 % range over the walking CTAs of the blocks each has
+    walked since the launch (every row has row_blocks), interpolated between its records. CTAs in lockstep have
+    walked the same number whatever rows they are on, so unlike the K/V block index this has no jump where the
+    CTAs wrap to their next rows."""
+    times = records["time_ns"].astype(np.int64)
+    t0, t1 = times.min(), times.max()
+    grid = t0 + (t1 - t0) * (0.05 + 0.9 * (np.arange(samples) + 0.5) / samples)
+    walked = []
+    for cta in np.unique(records["cta"]):
+        own = records[records["cta"] == cta]
+        new_item = np.concatenate([[False], own["ticket"][1:] != own["ticket"][:-1]])
+        progress = own["position"] + row_blocks * np.cumsum(new_item)
+        own_times = own["time_ns"].astype(np.int64)
+        inside = (grid >= own_times[0]) & (grid <= own_times[-1])
+        walked.append(np.where(inside, np.interp(grid, own_times, progress), np.nan))
+    walked = np.asarray(walked)
+    full, central = [], []
+    for column in walked.T:
+        column = column[~np.isnan(column)]
+        if column.size >= 2:
+            full.append(column.max() - column.min())
+            p10, p90 = np.percentile(column, [10, 90])
+            central.append(p90 - p10)
+    return np.asarray(full), np.asarray(central)
+
+
 def summarize(path, samples=400):
     meta, records, counts = read_trace(path)
     capacity = int(meta["records_per_cta"])
@@ -135,7 +165,6 @@ def summarize(path, samples=400):
         raise TraceError(f"{path}: no sample time had two CTAs on one head")
     block_mib = meta["kv_block_bytes"] / 2**20
     l2_mib = meta["l2_bytes"] / 2**20 if meta.get("l2_bytes") else None
-    tenth = max(1, full.size // 10)
 
     def in_units(blocks):
         out = {"blocks": round(float(blocks), 1), "mib": round(float(blocks) * block_mib, 1)}
@@ -143,8 +172,13 @@ def summarize(path, samples=400):
             out["l2_share"] = round(float(blocks) * block_mib / l2_mib, 3)
         return out
 
+    def spread_entry(values):
+        tenth = max(1, values.size // 10)  # first and last tenth as medians: a sample at a row change is one value
+        return {"median": in_units(np.median(values)), "p90": in_units(np.percentile(values, 90)),
+                "first_tenth": in_units(np.median(values[:tenth])), "last_tenth": in_units(np.median(values[-tenth:]))}
+
     duration_ms = (int(records["time_ns"].max()) - int(records["time_ns"].min())) / 1e6
-    return {
+    summary = {
         "trace": str(path),
         "case": {k: meta.get(k) for k in ("kernel", "mode", "mask", "order", "heads", "tokens", "block",
                                           "head_dim", "kv_blocks")},
@@ -159,12 +193,15 @@ def summarize(path, samples=400):
                                   "cv": round(float(rate_values.std() / rate_values.mean()), 4)
                                   if rate_values.mean() > 0 else None},
         "ctas_walking_median": int(np.median(walking)),
-        "spread_range": {"median": in_units(np.median(full)), "p90": in_units(np.percentile(full, 90)),
-                         "first_tenth": in_units(full[:tenth].mean()), "last_tenth": in_units(full[-tenth:].mean())},
-        "spread_10_90": {"median": in_units(np.median(central)), "p90": in_units(np.percentile(central, 90)),
-                         "first_tenth": in_units(central[:tenth].mean()),
-                         "last_tenth": in_units(central[-tenth:].mean())},
+        "spread_range": spread_entry(full),
+        "spread_10_90": spread_entry(central),
     }
+    if meta.get("mode") == "dense":
+        walked_full, walked_central = progress_spreads(records, samples, int(meta["kv_blocks"]))
+        if walked_full.size:
+            summary["walked_range"] = spread_entry(walked_full)
+            summary["walked_10_90"] = spread_entry(walked_central)
+    return summary
 
 
 def describe(summary):
@@ -187,6 +224,12 @@ def describe(summary):
              f"{fmt(rng['first_tenth'])}, last tenth {fmt(rng['last_tenth'])}",
              f"  K/V spread per head (10-90 %): median {fmt(mid['median'])}, p90 {fmt(mid['p90'])}; first tenth "
              f"{fmt(mid['first_tenth'])}, last tenth {fmt(mid['last_tenth'])}"]
+    for key, label in (("walked_range", "range"), ("walked_10_90", "10-90 %")):
+        if key in summary:
+            entry = summary[key]
+            lines.append(f"  blocks walked since the launch, spread over CTAs ({label}): median {fmt(entry['median'])}, "
+                         f"p90 {fmt(entry['p90'])}; first tenth {fmt(entry['first_tenth'])}, last tenth "
+                         f"{fmt(entry['last_tenth'])}")
     return "\n".join(lines)
 
 

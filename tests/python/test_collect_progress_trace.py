@@ -59,6 +59,7 @@ def test_lockstep_walk_has_no_spread(tmp_path):
     assert summary["rate_positions_per_us"]["median"] == pytest.approx(1.0, rel=1e-3)
     assert summary["rate_positions_per_us"]["cv"] == pytest.approx(0.0, abs=1e-3)
     assert summary["ctas_walking_median"] == CTAS
+    assert summary["walked_range"]["median"]["blocks"] == 0
 
 
 def test_ctas_at_different_rates_drift_apart(tmp_path):
@@ -71,10 +72,27 @@ def test_ctas_at_different_rates_drift_apart(tmp_path):
     assert rng["last_tenth"]["blocks"] >= 64
     assert summary["rate_positions_per_us"]["max"] / summary["rate_positions_per_us"]["min"] == pytest.approx(
         1.21, rel=1e-2)
+    walked = summary["walked_range"]
+    assert walked["first_tenth"]["blocks"] < walked["last_tenth"]["blocks"]
     # Spread in MiB and as L2 share follow from the block bytes and the L2 in the header.
     median = rng["median"]
     assert median["mib"] == pytest.approx(median["blocks"] * BLOCK_BYTES / 2**20, abs=0.1)
     assert median["l2_share"] == pytest.approx(median["mib"] / 8, abs=0.01)
+
+
+def test_blocks_walked_since_the_launch_ignore_row_changes(tmp_path):
+    # Dense CTAs 2 us apart (2 positions at 1 per us): the last is 14 positions behind the first, also while some
+    # have moved on to their next rows and others not (their K/V block indices then differ by a whole row).
+    walks = [dense_walk(c, 1.0, 6, start_ns=2_000 * c) for c in range(CTAS)]
+    summary = collect.summarize(write_trace(tmp_path / "staggered.bin", walks), samples=400)
+    walked = summary["walked_range"]
+    assert walked["median"]["blocks"] == pytest.approx(14, abs=0.5)
+    assert walked["p90"]["blocks"] == pytest.approx(14, abs=0.5)
+    assert summary["walked_10_90"]["median"]["blocks"] < walked["median"]["blocks"]
+    assert summary["spread_range"]["p90"]["blocks"] >= walked["p90"]["blocks"]
+    # Sparse traces have no common row length: no walked spread.
+    sparse = write_trace(tmp_path / "sparse.bin", walks, meta_changes={"mode": "sparse", "mask": "video"})
+    assert "walked_range" not in collect.summarize(sparse, samples=50)
 
 
 def test_heads_are_compared_apart(tmp_path):
@@ -98,6 +116,7 @@ def test_main_prints_and_writes_json(tmp_path, capsys):
     assert collect.main([str(path), "--json", str(out), "--samples", "20"]) == 0
     printed = capsys.readouterr().out
     assert "K/V spread per head (range): median 0 blocks" in printed
+    assert "blocks walked since the launch, spread over CTAs (range): median 0 blocks" in printed
     assert json.loads(out.read_text())[0]["items"] == CTAS * 4
 
 
