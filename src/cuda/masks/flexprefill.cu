@@ -231,11 +231,24 @@ void run_flexprefill(RunContext& context) {
   launch_sampled_positions(positions, sampled, tokens, options.query_sample, block, representative, context.stream);
   const int64_t low = std::max<int64_t>(1, (options.min_budget + block - 1) / block);
   const int64_t cap = options.max_budget > 0 ? (options.max_budget + block - 1) / block : INT64_MAX;
+  // Block means of one head's rows (K or Q), only where `enabled` (a device flag, or null: always) is set.
+  auto pool_block_means = [&](const uint16_t* rows, int64_t token_stride, float* means, const uint8_t* enabled) {
+    PoolParams pool;
+    pool.rows = rows;
+    pool.token_stride = token_stride;
+    pool.tokens = tokens;
+    pool.head_dim = d;
+    pool.block = block;
+    pool.element_type = qk.element_type;
+    pool.means = means;
+    pool.enabled = enabled;
+    launch_pool_blocks(pool, context.stream);
+  };
   for (int first = 0; first < context.mask_heads; first += group) {
     const int heads = std::min(group, context.mask_heads - first);
     uint8_t* group_mask = context.dense + int64_t(first) * map_entries;
     // The distributions (the group's heads together on the fused path), then per head the mean sampled query
-    // and the block means of K and Q.
+    // and the block means of K (those of Q only after the decision: only query-aware heads read them).
     const float weight = 1.0f / float(sampled);
     if (fused) {
       score_sampled_runs(context, first, heads, fused_scratch, options.two_sided, weight, vertical, slash);
@@ -249,19 +262,7 @@ void run_flexprefill(RunContext& context) {
                               slash + int64_t(h) * diagonals);
         launch_row_mean(scratch.rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
       }
-      PoolParams pool;
-      pool.rows = qk.k_head(m);
-      pool.token_stride = qk.k_token_stride;
-      pool.tokens = tokens;
-      pool.head_dim = d;
-      pool.block = block;
-      pool.element_type = qk.element_type;
-      pool.means = key_means + int64_t(h) * blocks * d;
-      launch_pool_blocks(pool, context.stream);
-      pool.rows = qk.q_head(m);
-      pool.token_stride = qk.q_token_stride;
-      pool.means = query_means + int64_t(h) * blocks * d;
-      launch_pool_blocks(pool, context.stream);
+      pool_block_means(qk.k_head(m), qk.k_token_stride, key_means + int64_t(h) * blocks * d, nullptr);
     }
     // Coverage counts: the longest prefix within gamma, plus the token that crosses it.
     for (auto [values, length, counts] : {std::tuple{vertical, tokens, vertical_tokens},
@@ -313,6 +314,11 @@ void run_flexprefill(RunContext& context) {
     WA_CUDA_CHECK(cudaGetLastError());
 
     // Query-aware heads: the pooled block map's global coverage of gamma x query blocks (crossing excluded).
+    // The block means of Q only for them (half of the pooling's reads); the product still covers every head
+    // (its heads are one batched call) and the other heads' maps, computed from unwritten means, are not read:
+    // the row softmax and the selection skip them.
+    for (int h = 0; h < heads; ++h)
+      pool_block_means(qk.q_head(first + h), qk.q_token_stride, query_means + int64_t(h) * blocks * d, query_aware + h);
     gemm_fp32_nt(context.blas, blocks, blocks, d, float(context.scale), query_means, d, int64_t(blocks) * d,
                  key_means, d, int64_t(blocks) * d, block_map, blocks, map_entries, heads);
     launch_row_softmax(block_map, blocks, blocks, int64_t(heads) * blocks, context.stream, query_aware, blocks);

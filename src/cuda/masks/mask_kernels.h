@@ -253,6 +253,7 @@ struct PoolParams {
   float theta = 0;
   uint8_t* similar = nullptr;
   bool partial_not_similar = false;
+  const uint8_t* enabled = nullptr;  // device flag: pool only if nonzero (null: always), read by every block
 };
 void launch_pool_blocks(const PoolParams& params, cudaStream_t stream);
 /// The mean of one head's rows over the whole sequence (fp32 [head_dim]); `partial` holds

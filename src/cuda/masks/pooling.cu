@@ -84,6 +84,7 @@ __global__ void pool_kernel(PoolParams params) {
   __shared__ float sums[kPoolWarps][256];
   __shared__ float units[kPoolWarps][256];
   __shared__ float similarity_parts[kPoolWarps];
+  if (params.enabled != nullptr && *params.enabled == 0) return;  // the whole grid alike, before any barrier
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int block = blockIdx.x, d = params.head_dim;
   const int64_t first = int64_t(block) * params.block;
