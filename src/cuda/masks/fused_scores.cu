@@ -295,23 +295,23 @@ __device__ __forceinline__ void stage_row_parts(const float (&acc)[2][4][4], flo
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int upper = 0; upper < 2; ++upper) {
-      float x[8];
+      // The maximum of the raw scores, scaled once: scale_log2 > 0, so it is the maximum of the rounded
+      // x2 = score x scale_log2; each exp2 then takes fma(score, scale_log2, -max), one FFMA (pass 2 does the
+      // same against the row's max), instead of a rounded FMUL per element and an FADD.
       float top = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          // __fmul_rn: the same rounded x in both passes (no FMA contraction into the exp's argument).
-          const float value = __fmul_rn(acc[mt][nt][2 * upper + b], scale_log2);
-          x[nt * 2 + b] = value;
-          top = fmaxf(top, value);
-        }
+        for (int b = 0; b < 2; ++b) top = fmaxf(top, acc[mt][nt][2 * upper + b]);
       top = fmaxf(top, __shfl_xor_sync(0xFFFFFFFFu, top, 1));
       top = fmaxf(top, __shfl_xor_sync(0xFFFFFFFFu, top, 2));
+      top = __fmul_rn(top, scale_log2);
       const float shift = top == -INFINITY ? 0.0f : top;
       float sum = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sum += fast_exp2(x[e] - shift);
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) sum += fast_exp2(fmaf(acc[mt][nt][2 * upper + b], scale_log2, -shift));
       sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
       sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
       if (pair == 0) {
@@ -366,8 +366,8 @@ __device__ __forceinline__ float stage_probabilities(const float (&acc)[2][4][4]
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         float2 p;
-        p.x = fast_exp2(__fmul_rn(acc[mt][nt][2 * upper], scale_log2) - shift) * inverse;
-        p.y = fast_exp2(__fmul_rn(acc[mt][nt][2 * upper + 1], scale_log2) - shift) * inverse;
+        p.x = fast_exp2(fmaf(acc[mt][nt][2 * upper], scale_log2, -shift)) * inverse;
+        p.y = fast_exp2(fmaf(acc[mt][nt][2 * upper + 1], scale_log2, -shift)) * inverse;
         *reinterpret_cast<float2*>(tile + row * kProbabilityStride + quarter * kWarpKeys + nt * 8 + 2 * pair) = p;
         column[2 * nt] += p.x;
         column[2 * nt + 1] += p.y;
