@@ -44,6 +44,7 @@
 #include "cuda/attention/sm80/instructions.cuh"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/row_parts_sm90.h"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
@@ -716,14 +717,62 @@ void launch_pass(const TileParams& params, int shared_limit, cudaStream_t stream
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
+#ifndef WA_MASKS_SM90_ROW_PARTS
+#define WA_MASKS_SM90_ROW_PARTS 0
+#endif
+constexpr bool kRowPartsOnWgmma = WA_MASKS_SM90_ROW_PARTS != 0;
+
+/// Pass 1 on wgmma (row_parts_sm90.h) where it is built, enabled (-DWA_MASKS_SM90_ROW_PARTS=ON) and applies:
+/// an sm_90 device and K rows TMA can address (16-byte aligned, k_vectors).
+bool row_parts_on_wgmma(const TileParams& params, int device) {
+  if (!kRowPartsOnWgmma || !params.k_vectors) return false;
+  int major = 0, minor = 0;
+  WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+void launch_row_parts_on_wgmma(const TileParams& params, const FusedScratch& scratch, int heads, int head_dim,
+                               ElementType type, int k_batches, cudaStream_t stream) {
+  RowPartsSm90Params wgmma;
+  wgmma.element_type = type;
+  wgmma.head_dim = head_dim;
+  wgmma.rows = params.rows;
+  wgmma.count = params.count;
+  wgmma.launch_heads = heads;
+  wgmma.blocks = params.blocks;
+  wgmma.k = params.k;
+  wgmma.first_head = params.first_head;
+  wgmma.k_heads = params.heads;
+  wgmma.k_batches = k_batches;
+  wgmma.k_batch_stride = params.k_batch_stride;
+  wgmma.k_head_stride = params.k_head_stride;
+  wgmma.k_token_stride = params.k_token_stride;
+  wgmma.tokens = params.tokens;
+  wgmma.key_tiles = scratch.key_tiles;
+  wgmma.scale_log2 = params.scale_log2;
+  wgmma.tile_max = scratch.tile_max;
+  wgmma.tile_sum = scratch.tile_sum;
+#if defined(WAVEALIGN_HAS_SM90_KERNELS)
+  launch_row_parts_sm90(wgmma, stream);
+#else
+  (void)stream;
+  throw Error("the sm90 row parts are not built (no sm_90a kernels in this build)");
+#endif
+}
+
 template <class Element, int kHeadDim>
 void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bool two_sided, float* diagonals,
-                   cudaStream_t stream) {
+                   ElementType type, int k_batches, cudaStream_t stream) {
   int device = 0, shared_limit = 0;
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   params.items = scratch.key_tiles * heads;  // <= INT_MAX / 2: carve_fused_scratch
-  launch_pass<Element, kHeadDim, false>(params, shared_limit, stream);
+  if (row_parts_on_wgmma(params, device)) {
+    launch_row_parts_on_wgmma(params, scratch, heads, kHeadDim, type, k_batches, stream);
+  } else {
+    launch_pass<Element, kHeadDim, false>(params, shared_limit, stream);
+  }
   const int count = scratch.blocks.rows;
   row_stats_finish_kernel<<<unsigned((int64_t(heads) * count + 31) / 32), dim3(32, kFinishSegments), 0, stream>>>(
       scratch.tile_max, scratch.tile_sum, heads, count, scratch.key_tiles, scratch.row_max_log2, scratch.row_sum);
@@ -816,13 +865,18 @@ void score_sampled_runs(RunContext& context, int first_head, int heads, const Fu
     params.rows = scratch.rows + int64_t(first) * count * d;
     params.columns = columns + int64_t(first) * qk.tokens;
     float* batch_diagonals = diagonals + int64_t(first) * diagonal_count;
-    const bool bf16 = qk.element_type == ElementType::kBf16;
+    const ElementType type = qk.element_type;
+    const bool bf16 = type == ElementType::kBf16;
     if (d == 64) {
-      bf16 ? launch_passes<__nv_bfloat16, 64>(params, scratch, batch, two_sided, batch_diagonals, context.stream)
-           : launch_passes<__half, 64>(params, scratch, batch, two_sided, batch_diagonals, context.stream);
+      bf16 ? launch_passes<__nv_bfloat16, 64>(params, scratch, batch, two_sided, batch_diagonals, type, qk.batch,
+                                              context.stream)
+           : launch_passes<__half, 64>(params, scratch, batch, two_sided, batch_diagonals, type, qk.batch,
+                                       context.stream);
     } else {
-      bf16 ? launch_passes<__nv_bfloat16, 128>(params, scratch, batch, two_sided, batch_diagonals, context.stream)
-           : launch_passes<__half, 128>(params, scratch, batch, two_sided, batch_diagonals, context.stream);
+      bf16 ? launch_passes<__nv_bfloat16, 128>(params, scratch, batch, two_sided, batch_diagonals, type, qk.batch,
+                                               context.stream)
+           : launch_passes<__half, 128>(params, scratch, batch, two_sided, batch_diagonals, type, qk.batch,
+                                        context.stream);
     }
   }
 }
