@@ -720,7 +720,11 @@ void launch_pass(const TileParams& params, int shared_limit, cudaStream_t stream
 #ifndef WA_MASKS_SM90_ROW_PARTS
 #define WA_MASKS_SM90_ROW_PARTS 0
 #endif
+#if defined(WAVEALIGN_HAS_SM90_KERNELS)
 constexpr bool kRowPartsOnWgmma = WA_MASKS_SM90_ROW_PARTS != 0;
+#else
+constexpr bool kRowPartsOnWgmma = false;
+#endif
 
 /// Pass 1 on wgmma (row_parts_sm90.h) where it is built, enabled (-DWA_MASKS_SM90_ROW_PARTS=ON) and applies:
 /// an sm_90 device and K rows TMA can address (16-byte aligned, k_vectors).
@@ -732,8 +736,21 @@ bool row_parts_on_wgmma(const TileParams& params, int device) {
   return major == 9 && minor == 0;
 }
 
-void launch_row_parts_on_wgmma(const TileParams& params, const FusedScratch& scratch, int heads, int head_dim,
-                               ElementType type, int k_batches, cudaStream_t stream) {
+/// Pass 1 (sums false) or pass 2 on wgmma; only reached where row_parts_on_wgmma said so.
+void launch_wgmma_pass(const RowPartsSm90Params& params, bool sums, cudaStream_t stream) {
+#if defined(WAVEALIGN_HAS_SM90_KERNELS)
+  sums ? launch_probability_sums_sm90(params, stream) : launch_row_parts_sm90(params, stream);
+#else
+  (void)params;
+  (void)sums;
+  (void)stream;
+  throw Error("the wgmma fused scoring is not built (no sm_90a kernels in this build)");
+#endif
+}
+
+/// The wgmma passes' view of one launch (row_parts_sm90.h).
+RowPartsSm90Params wgmma_params(const TileParams& params, const FusedScratch& scratch, int heads, int head_dim,
+                                ElementType type, int k_batches) {
   RowPartsSm90Params wgmma;
   wgmma.element_type = type;
   wgmma.head_dim = head_dim;
@@ -753,12 +770,13 @@ void launch_row_parts_on_wgmma(const TileParams& params, const FusedScratch& scr
   wgmma.scale_log2 = params.scale_log2;
   wgmma.tile_max = scratch.tile_max;
   wgmma.tile_sum = scratch.tile_sum;
-#if defined(WAVEALIGN_HAS_SM90_KERNELS)
-  launch_row_parts_sm90(wgmma, stream);
-#else
-  (void)stream;
-  throw Error("the sm90 row parts are not built (no sm_90a kernels in this build)");
-#endif
+  wgmma.row_max_log2 = scratch.row_max_log2;
+  wgmma.row_sum = scratch.row_sum;
+  wgmma.column_partials = scratch.column_partials;
+  wgmma.columns = params.columns;
+  wgmma.weight = params.weight;
+  wgmma.diagonal_partials = scratch.diagonal_partials;
+  return wgmma;
 }
 
 template <class Element, int kHeadDim>
@@ -768,8 +786,10 @@ void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bo
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   params.items = scratch.key_tiles * heads;  // <= INT_MAX / 2: carve_fused_scratch
-  if (row_parts_on_wgmma(params, device)) {
-    launch_row_parts_on_wgmma(params, scratch, heads, kHeadDim, type, k_batches, stream);
+  const bool wgmma = row_parts_on_wgmma(params, device);
+  const RowPartsSm90Params wgmma_view = wgmma_params(params, scratch, heads, kHeadDim, type, k_batches);
+  if (wgmma) {
+    launch_wgmma_pass(wgmma_view, false, stream);
   } else {
     launch_pass<Element, kHeadDim, false>(params, shared_limit, stream);
   }
@@ -777,7 +797,11 @@ void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bo
   row_stats_finish_kernel<<<unsigned((int64_t(heads) * count + 31) / 32), dim3(32, kFinishSegments), 0, stream>>>(
       scratch.tile_max, scratch.tile_sum, heads, count, scratch.key_tiles, scratch.row_max_log2, scratch.row_sum);
   WA_CUDA_CHECK(cudaGetLastError());
-  launch_pass<Element, kHeadDim, true>(params, shared_limit, stream);
+  if (wgmma) {
+    launch_wgmma_pass(wgmma_view, true, stream);
+  } else {
+    launch_pass<Element, kHeadDim, true>(params, shared_limit, stream);
+  }
   diagonal_finish_kernel<<<grid_for(int64_t(heads) * methods::diagonal_count(params.tokens, two_sided), kFinishThreads),
                            kFinishThreads, 0, stream>>>(scratch.diagonal_partials, scratch.blocks, heads, params.tokens,
                                                         scratch.key_tiles, two_sided, params.weight, diagonals);
@@ -811,7 +835,9 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
   const size_t rows = size_t(blocks.rows);
   const size_t tile_floats = size_t(key_tiles) * rows;
   const size_t diagonal_floats = size_t(blocks.count) * size_t(key_tiles) * kTileDiagonals;
-  const size_t per_head = (2 * tile_floats + 2 * rows + diagonal_floats) * sizeof(float);
+  // The wgmma pass 2 sums the columns per row block first (its CTAs split the rows): 4 x 363,600 floats a head.
+  const size_t column_floats = kRowPartsOnWgmma ? size_t(blocks.count) * size_t(tokens) : 0;
+  const size_t per_head = (2 * tile_floats + 2 * rows + diagonal_floats + column_floats) * sizeof(float);
   const size_t max_heads = size_t(kMaxItems / std::max<int64_t>(key_tiles, 1));
   scratch.batch_heads =
       int(std::clamp<size_t>(MaskGenerator::kLogitChunkBytes / per_head, 1, std::min<size_t>(heads, max_heads)));
@@ -823,6 +849,7 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
   scratch.row_max_log2 = workspace.take<float>(batch * rows);
   scratch.row_sum = workspace.take<float>(batch * rows);
   scratch.diagonal_partials = workspace.take<float>(batch * diagonal_floats);
+  if (kRowPartsOnWgmma) scratch.column_partials = workspace.take<float>(batch * column_floats);
   return scratch;
 }
 

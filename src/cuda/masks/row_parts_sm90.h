@@ -1,8 +1,10 @@
-// The fused scoring's first pass on Hopper's wgmma (src/cuda/masks/sm90/row_parts_sm90.cu): per (gathered row,
-// 128-key tile) the max of x2 = log2(e) scale q.k and the sum of exp2(x2 - max), the same per-tile partials and
-// layout as fused_scores.cu's mma.sync pass 1, which row_stats_finish_kernel then merges. Built with the sm_90a
-// kernels and used only when configured with -DWA_MASKS_SM90_ROW_PARTS=ON (fused_scores.cu), until its GPU
-// tests have run. Plain C++: the dispatch TU includes it without CuTe.
+// The fused scoring's two passes on Hopper's wgmma (src/cuda/masks/sm90/row_parts_sm90.cu), writing what
+// fused_scores.cu's mma.sync passes write, so the same merges follow: pass 1 the per-(gathered row, 128-key
+// tile) max of x2 = log2(e) scale q.k and sum of exp2(x2 - max) (row_stats_finish_kernel merges them); pass 2,
+// from the merged row statistics, p = exp2(x2 - row max) / row sum summed per column (per row block, then added
+// over the blocks here) and per tile diagonal (the same partials diagonal_finish_kernel adds). Built with the
+// sm_90a kernels and used only when configured with -DWA_MASKS_SM90_ROW_PARTS=ON (fused_scores.cu), until its
+// GPU tests have run. Plain C++: the dispatch TU includes it without CuTe.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,11 +33,18 @@ struct RowPartsSm90Params {
   int64_t tokens = 0;
   int key_tiles = 0;
   float scale_log2 = 0;
-  float* tile_max = nullptr;  // [launch_heads, key_tiles, count]
+  float* tile_max = nullptr;  // pass 1 out: [launch_heads, key_tiles, count]
   float* tile_sum = nullptr;
+  const float* row_max_log2 = nullptr;  // pass 2 in: [launch_heads, count]
+  const float* row_sum = nullptr;
+  float* column_partials = nullptr;    // pass 2 scratch: [launch_heads, blocks.count, tokens]
+  float* columns = nullptr;            // pass 2 out: [launch_heads, tokens], weight x the sum over every row
+  float weight = 0;
+  float* diagonal_partials = nullptr;  // pass 2 out: [launch_heads, blocks.count, key_tiles, 2 x 128 - 1]
 };
 
-/// Launches the pass on `stream` (no host sync). Needs an sm_90 device and the sm_90a build.
+/// Launch on `stream` (no host sync); need an sm_90 device and the sm_90a build.
 void launch_row_parts_sm90(const RowPartsSm90Params& params, cudaStream_t stream);
+void launch_probability_sums_sm90(const RowPartsSm90Params& params, cudaStream_t stream);
 
 }  // namespace wavealign::cuda::masks

@@ -1,18 +1,28 @@
-// The fused scoring's first pass on wgmma (row_parts_sm90.h). The mma.sync pass 1 (fused_scores.cu) runs at
-// ~190 TF/s on the H200 (1.98 ms per 8 heads x 512 rows x 363,600 keys at d = 128, ncu), issue-bound: its
-// 64 HMMAs and 16 ldmatrix per warp and step compete with the exp2s for the issue slots. Here one wgmma
-// batch per consumer warpgroup scores 64 rows x 128 keys with both operands in shared memory, and the next
-// tile's batch runs while this tile's maxima and exp2 sums are computed (two accumulator sets), so the tensor
-// cores (~1,000 cycles per 128 x 128 x 128 tile) and the MUFU exp2s (16,384 per tile at 16 per cycle, ~1,000)
-// overlap. Predicted: ~1,300-1,500 SM cycles per tile, ~0.6 ms per 8 heads; not yet measured.
+// The fused scoring's two passes on wgmma (row_parts_sm90.h). The mma.sync passes (fused_scores.cu) take
+// 1.98 and 2.66 ms per 8 heads x 512 rows x 363,600 keys at d = 128 on the H200 (ncu), ~4,900 and ~6,100 SM
+// cycles per 128 x 128 x 128 tile, issue-bound: their 64 HMMAs and 16 ldmatrix per warp and step compete with
+// the exp2s for the issue slots. Here one wgmma batch per consumer warpgroup scores 64 rows x 128 keys with both
+// operands in shared memory, and the next tile's batch runs while this tile's epilogue does, so the tensor
+// cores (~1,000 cycles per tile) overlap the MUFU exp2s (16,384 per tile at 16 per cycle, ~1,000). Predicted:
+// pass 1 ~1,300-1,500 cycles per tile (~0.6 ms per 8 heads), pass 2 ~2,500-3,000 (its probability tile's
+// 16,384 stores and two walks over it, ~1,500 cycles of shared memory); not yet measured.
+//
+// Pass 2's sums, in a fixed order (the same bits on every run): p goes to a 128 x 136 fp32 tile (stride 8 mod
+// 32 banks: conflict-free float2 stores, as in fused_scores.cu); thread t of half h (the CTA's 256 consumer
+// threads) then walks rows 64 h .. 64 h + 63 of column t and of wrapped diagonal t, the elements at column
+// (row - t) mod 128, which are tile diagonal t + 127 (delta = row - column = t) where row >= t and t - 1 where
+// row < t; at each row the 128 threads read one row's 128 columns, so neither walk has bank conflicts. Half 1
+// hands its three sums to half 0 through the tile's padding, which adds them and writes the column partial of
+// the row block and the tile's two diagonal partials.
 //
 // CTA = the attention kernel's warp roles (kernel_traits.cuh): warpgroup 0's thread 0 loads, by TMA, the row
-// block's Q rows once and the chunk's key tiles into a 4-stage ring; warpgroups 1 and 2 each own 64 rows. Grid
-// (row block, chunk of kTilesPerChunk key tiles, launch head), row blocks fastest, so the row blocks of one
-// head read each key tile from L2 at about the same time. Per (row, tile): max over the tile's 128 scores (the
-// 4 lanes of a quad hold a row, 32 scores each), then sum of exp2(fma(score, scale_log2, -max)), in a fixed
-// order: the same bits on every run. Rows past a block's valid rows (the next block's rows in the gathered
-// buffer, or TMA's zero fill) are scored but not written; keys past the sequence (the last tile) are -inf.
+// block's Q rows once and the chunk's key tiles into a ring (4 stages in pass 1, 3 next to pass 2's tile);
+// warpgroups 1 and 2 each own 64 rows. Grid (row block, chunk of kTilesPerChunk key tiles, launch head), row
+// blocks fastest, so the row blocks of one head read each key tile from L2 at about the same time. Pass 1 per
+// (row, tile): the max over the tile's 128 scores (the 4 lanes of a quad hold a row, 32 scores each), then the
+// sum of exp2(fma(score, scale_log2, -max)), in a fixed order. Rows past a block's valid rows (the next block's
+// rows in the gathered buffer, or TMA's zero fill) are scored but not written (pass 1) or give p = 0 (pass 2);
+// keys past the sequence (the last tile) are -inf.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -36,22 +46,29 @@ using ::wavealign::cuda::detail::mask_columns;
 using ::wavealign::cuda::detail::quad_max;
 using ::wavealign::cuda::detail::quad_sum;
 
-constexpr int kKeyStages = 4;  // no V here: Q 32 KB + 4 x 32 KB of K at d = 128
 // 128 tiles (16,384 keys) per CTA: 23 chunks at 363,600 tokens, 4 x 23 x 23 = 2,116 CTAs for 23 heads; the
 // CTA's setup (barriers, Q, the first key tile) is ~1 % of its ~180,000 cycles.
 constexpr int kTilesPerChunk = 128;
+constexpr int kRowPartsStages = 4;  // pass 1: Q 32 KB + 4 x 32 KB of K at d = 128 (no V here)
+constexpr int kSumsStages = 3;      // pass 2: + the 68 KB probability tile, 197 KB in all
+constexpr int kProbabilityStride = kFusedTileKeys + 8;
+constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
+constexpr uint32_t kSumsBarrier = 1;  // named barrier of the 256 consumer threads (0 is __syncthreads)
+constexpr int kConsumerThreads = 2 * 128;
+static_assert(3 * kFusedTileKeys <= kFusedTileRows * (kProbabilityStride - kFusedTileKeys),
+              "the exchange (128 column and 256 diagonal sums) fits the tile's padding");
 
-template <ElementType kType, int kHeadDim>
-struct RowPartsTraits {
+template <ElementType kType, int kHeadDim, int kStages_>
+struct FusedTraits {
   using Base = sm90::KernelTraits<kType, kHeadDim, kFusedTileRows, kFusedTileKeys>;
   using Element = typename Base::Element;
+  static constexpr int kStages = kStages_;
   static constexpr int kThreads = Base::kThreads;  // 128 producer + 2 x 128 consumer threads
-  static constexpr int kConsumerWarps = Base::kConsumerWarps;
+  static_assert(Base::kConsumerThreads == kConsumerThreads, "two consumer warpgroups");
   using TiledMma = typename Base::TiledMmaQK;
   using SmemLayoutQ = typename Base::SmemLayoutQ;
   using SmemLayoutK = decltype(cute::tile_to_shape(
-      typename Base::SmemAtom{},
-      cute::Shape<cute::Int<kFusedTileKeys>, cute::Int<kHeadDim>, cute::Int<kKeyStages>>{}));
+      typename Base::SmemAtom{}, cute::Shape<cute::Int<kFusedTileKeys>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   using GmemTensor = typename Base::GmemTensor;
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                             cute::Shape<cute::Int<kFusedTileRows>, cute::Int<kHeadDim>>{},
@@ -59,35 +76,36 @@ struct RowPartsTraits {
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<cute::Int<kFusedTileKeys>, cute::Int<kHeadDim>>{},
                                             cute::_1{}));
-  static constexpr int kQBytes = Base::kQBytes;
-  static constexpr int kKBytes = Base::kKVBytes;
 };
 
-template <class Traits>
-struct RowPartsStorage {
+template <class Traits, bool kSums>
+struct FusedStorage {
   using Element = typename Traits::Element;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
+  float probabilities[kSums ? kFusedTileRows * kProbabilityStride : 1];
   uint64_t q_full;
-  uint64_t k_full[kKeyStages];
-  uint64_t k_empty[kKeyStages];
+  uint64_t k_full[Traits::kStages];
+  uint64_t k_empty[Traits::kStages];
 };
 
-template <class Traits>
-constexpr int kRowPartsSmemBytes = int(sizeof(RowPartsStorage<Traits>)) + 1024;  // + slack to align the base
+template <class Traits, bool kSums>
+constexpr int kFusedSmemBytes = int(sizeof(FusedStorage<Traits, kSums>)) + 1024;  // + slack to align the base
 
 template <class Traits>
-struct RowPartsKernelParams {
+struct FusedKernelParams {
   RowPartsSm90Params base;
   typename Traits::TmaQ tma_q;
   typename Traits::TmaK tma_k;
 };
 
-template <class Traits>
-__device__ __forceinline__ void load_tiles(const RowPartsKernelParams<Traits>& params, RowPartsStorage<Traits>& storage,
-                                           int first_tile, int tiles) {
+/// Thread 0: the row block's Q rows, then the chunk's key tiles through the ring.
+template <class Traits, class Storage>
+__device__ __forceinline__ void load_tiles(const FusedKernelParams<Traits>& params, Storage& storage, int first_tile,
+                                           int tiles) {
   using namespace cute;
   constexpr int kHeadDim = decltype(size<1>(typename Traits::SmemLayoutQ{}))::value;
+  constexpr int kStages = Traits::kStages;
   const RowPartsSm90Params& p = params.base;
   prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
   prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
@@ -100,7 +118,7 @@ __device__ __forceinline__ void load_tiles(const RowPartsKernelParams<Traits>& p
   Tensor gQ = local_tile(domain_offset(make_coord(block.first_row, _0{}), mQ(_, _, head, 0)),
                          Shape<Int<kFusedTileRows>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
   auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-  sm90::TransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
+  sm90::TransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::Base::kQBytes);
   copy(params.tma_q.with(storage.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
 
   const int m = p.first_head + head;
@@ -111,19 +129,23 @@ __device__ __forceinline__ void load_tiles(const RowPartsKernelParams<Traits>& p
                          make_coord(_, _0{}));
   auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   for (int i = 0; i < tiles; ++i) {
-    const int stage = i % kKeyStages;
-    sm90::Barrier::wait(&storage.k_empty[stage], ((i / kKeyStages) & 1) ^ 1);
-    sm90::TransactionBarrier::arrive_and_expect_tx(&storage.k_full[stage], Traits::kKBytes);
-    // EVICT_LAST: the block's other row blocks read the same tile next.
+    const int stage = i % kStages;
+    sm90::Barrier::wait(&storage.k_empty[stage], ((i / kStages) & 1) ^ 1);
+    sm90::TransactionBarrier::arrive_and_expect_tx(&storage.k_full[stage], Traits::Base::kKVBytes);
+    // EVICT_LAST: the head's other row blocks read the same tile next.
     copy(params.tma_k.with(storage.k_full[stage], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, first_tile + i),
          tKsK(_, stage));
   }
 }
 
-template <class Traits>
-__device__ __forceinline__ void score_tiles(const RowPartsSm90Params& p, RowPartsStorage<Traits>& storage,
-                                            int first_tile, int tiles, int tid) {
+/// The consumers' walk over the chunk: tile i's wgmma batch, issued before tile i - 1's epilogue, into one of
+/// two accumulator sets; epilogue(i, tile, frag) runs once tile i's scores are complete and its K stage is free
+/// again (keys past the sequence already -inf).
+template <class Traits, class Storage, class Epilogue>
+__device__ __forceinline__ void score_tiles(const RowPartsSm90Params& p, Storage& storage, int first_tile, int tiles,
+                                            int tid, Epilogue&& epilogue) {
   using namespace cute;
+  constexpr int kStages = Traits::kStages;
   typename Traits::TiledMma mma;
   auto thread_mma = mma.get_thread_slice(tid);
   Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
@@ -132,46 +154,22 @@ __device__ __forceinline__ void score_tiles(const RowPartsSm90Params& p, RowPart
   Tensor tSrK = thread_mma.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, stage)
   Tensor even = partition_fragment_C(mma, Shape<Int<kFusedTileRows>, Int<kFusedTileKeys>>{});
   Tensor odd = make_fragment_like(even);
-
-  const int lane = tid % 32, quad_lane = lane & 3;
-  // This thread's rows of the block (softmax.cuh's fragment view): r and r + 8.
-  const int row = 64 * (tid / 128) + 16 * ((tid % 128) / 32) + lane / 4;
-  const FusedRowBlock& block = p.blocks.block[blockIdx.x];
-  const int64_t head_parts = int64_t(blockIdx.z) * p.key_tiles;
+  const int lane = tid % 32;
   const int valid_in_last = int(p.tokens - int64_t(p.key_tiles - 1) * kFusedTileKeys);
 
   auto issue = [&](int i, auto& scores) {
-    const int stage = i % kKeyStages;
-    sm90::Barrier::wait(&storage.k_full[stage], (i / kKeyStages) & 1);
+    const int stage = i % kStages;
+    sm90::Barrier::wait(&storage.k_full[stage], (i / kStages) & 1);
     sm90::gemm_async<true>(mma, tSrQ, tSrK(_, _, _, stage), scores);
   };
-  // Called once tile i's batch has completed (warpgroup_wait).
   auto finish = [&](int i, auto& scores) {
     warpgroup_fence_operand(scores);
-    sm90::release_stage(&storage.k_empty[i % kKeyStages], lane);
+    sm90::release_stage(&storage.k_empty[i % kStages], lane);
     const int tile = first_tile + i;
     sm90::TensorFrag<std::remove_reference_t<decltype(scores)>> frag{scores};
     if (tile == p.key_tiles - 1 && valid_in_last < kFusedTileKeys)
-      mask_columns<kFusedTileKeys>(frag, valid_in_last, quad_lane);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float top = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kFusedTileKeys / 4; ++j) top = fmaxf(top, frag(frag_index(h, j)));
-      // The raw maximum, scaled once: scale_log2 > 0, so it is the maximum of the rounded x2.
-      top = __fmul_rn(quad_max(top), p.scale_log2);
-      const float shift = top == -INFINITY ? 0.0f : top;
-      float sum = 0;
-#pragma unroll
-      for (int j = 0; j < kFusedTileKeys / 4; ++j) sum += fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift));
-      sum = quad_sum(sum);
-      const int r = row + 8 * h;
-      if (quad_lane == 0 && r < block.rows) {
-        const int64_t at = (head_parts + tile) * p.count + block.first_row + r;
-        p.tile_max[at] = top;
-        p.tile_sum[at] = sum;
-      }
-    }
+      mask_columns<kFusedTileKeys>(frag, valid_in_last, lane & 3);
+    epilogue(tile, frag);
   };
 
   sm90::Barrier::wait(&storage.q_full, 0);
@@ -196,20 +194,121 @@ __device__ __forceinline__ void score_tiles(const RowPartsSm90Params& p, RowPart
   }
 }
 
-template <class Traits>
+/// Row (of the block) of a consumer thread's fragment half 0 (softmax.cuh's view); half 1 is 8 below.
+__device__ __forceinline__ int fragment_row(int tid) { return 64 * (tid / 128) + 16 * ((tid % 128) / 32) + (tid % 32) / 4; }
+
+/// Pass 1's epilogue: per row, the tile's max (the raw maximum scaled once: scale_log2 > 0, so it is the
+/// maximum of the rounded x2) and the sum of exp2(fma(score, scale_log2, -max)), quad-reduced.
+template <class Traits, class Storage>
+__device__ __forceinline__ void row_parts(const RowPartsSm90Params& p, Storage& storage, int first_tile, int tiles,
+                                          int tid) {
+  const int row = fragment_row(tid), quad_lane = tid & 3;
+  const FusedRowBlock& block = p.blocks.block[blockIdx.x];
+  const int64_t head_parts = int64_t(blockIdx.z) * p.key_tiles;
+  score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int tile, auto& frag) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float top = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kFusedTileKeys / 4; ++j) top = fmaxf(top, frag(frag_index(h, j)));
+      top = __fmul_rn(quad_max(top), p.scale_log2);
+      const float shift = top == -INFINITY ? 0.0f : top;
+      float sum = 0;
+#pragma unroll
+      for (int j = 0; j < kFusedTileKeys / 4; ++j) sum += fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift));
+      sum = quad_sum(sum);
+      const int r = row + 8 * h;
+      if (quad_lane == 0 && r < block.rows) {
+        const int64_t at = (head_parts + tile) * p.count + block.first_row + r;
+        p.tile_max[at] = top;
+        p.tile_sum[at] = sum;
+      }
+    }
+  });
+}
+
+/// Pass 2's epilogue (the walk in the file comment).
+template <class Traits, class Storage>
+__device__ __forceinline__ void probability_sums(const RowPartsSm90Params& p, Storage& storage, int first_tile,
+                                                 int tiles, int tid) {
+  const int row = fragment_row(tid), quad_lane = tid & 3;
+  const FusedRowBlock& block = p.blocks.block[blockIdx.x];
+  const int head = blockIdx.z;
+  // Rows past the block's valid rows (real rows of the next block, whose exp2 could overflow to inf, and
+  // inf x 0 is NaN): shift +inf and 1 / sum 0, so their p is exp2(-inf) x 0 = 0.
+  float shift[2], inverse[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row + 8 * h;
+    const int64_t at = int64_t(head) * p.count + block.first_row + r;
+    shift[h] = r < block.rows ? p.row_max_log2[at] : INFINITY;
+    inverse[h] = r < block.rows ? 1.0f / p.row_sum[at] : 0.0f;
+  }
+  float* tile = storage.probabilities;
+  auto exchange = [&](int n) -> float& { return tile[(n / 8) * kProbabilityStride + kFusedTileKeys + n % 8]; };
+  const int t = tid % kFusedTileKeys, half = tid / kFusedTileKeys;
+  const int64_t block_head = int64_t(head) * p.blocks.count + blockIdx.x;
+  score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int key_tile, auto& frag) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* line = tile + (row + 8 * h) * kProbabilityStride + 2 * quad_lane;
+#pragma unroll
+      for (int v = 0; v < kFusedTileKeys / 8; ++v) {
+        float2 x;
+        x.x = fast_exp2(fmaf(frag(frag_index(h, 2 * v)), p.scale_log2, -shift[h])) * inverse[h];
+        x.y = fast_exp2(fmaf(frag(frag_index(h, 2 * v + 1)), p.scale_log2, -shift[h])) * inverse[h];
+        *reinterpret_cast<float2*>(line + 8 * v) = x;
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, kSumsBarrier);  // the tile is staged
+    float column = 0, lower = 0, upper = 0;
+#pragma unroll 8
+    for (int r = 64 * half; r < 64 * half + 64; ++r) {
+      const float* line = tile + r * kProbabilityStride;
+      column += line[t];
+      const float x = line[(r - t) & (kFusedTileKeys - 1)];
+      if (r >= t) {
+        upper += x;  // tile diagonal t + 127
+      } else {
+        lower += x;  // tile diagonal t - 1
+      }
+    }
+    if (half == 1) {
+      exchange(t) = column;
+      exchange(kFusedTileKeys + t) = lower;
+      exchange(2 * kFusedTileKeys + t) = upper;
+    }
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, kSumsBarrier);  // the walks are done, half 1's sums posted
+    if (half == 0) {
+      column += exchange(t);
+      lower += exchange(kFusedTileKeys + t);
+      upper += exchange(2 * kFusedTileKeys + t);
+      const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
+      if (key < p.tokens) p.column_partials[block_head * p.tokens + key] = column;
+      float* diagonals = p.diagonal_partials + (block_head * p.key_tiles + key_tile) * kTileDiagonals;
+      diagonals[t + kFusedTileKeys - 1] = upper;
+      if (t > 0) diagonals[t - 1] = lower;
+    }
+  });
+}
+
+template <class Traits, bool kSums>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    row_parts_kernel(const __grid_constant__ RowPartsKernelParams<Traits> params) {
+    fused_kernel(const __grid_constant__ FusedKernelParams<Traits> params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Storage = FusedStorage<Traits, kSums>;
   extern __shared__ char smem_raw[];
-  const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023);
-  RowPartsStorage<Traits>& storage = *reinterpret_cast<RowPartsStorage<Traits>*>(base);
+  // Aligned by pointer arithmetic on the shared array (not through an integer), so the compiler keeps
+  // knowing that the probability tile is shared memory and emits LDS/STS rather than generic loads.
+  char* base = smem_raw + ((1024 - (reinterpret_cast<uintptr_t>(smem_raw) & 1023)) & 1023);
+  Storage& storage = *reinterpret_cast<Storage*>(base);
   const int first_tile = int(blockIdx.y) * kTilesPerChunk;
   const int tiles = min(kTilesPerChunk, params.base.key_tiles - first_tile);
   if (threadIdx.x == 0) {
     sm90::Barrier::init(&storage.q_full, 1);
-    for (int s = 0; s < kKeyStages; ++s) {
+    for (int s = 0; s < Traits::kStages; ++s) {
       sm90::Barrier::init(&storage.k_full[s], 1);
-      sm90::Barrier::init(&storage.k_empty[s], Traits::kConsumerWarps);
+      sm90::Barrier::init(&storage.k_empty[s], Traits::Base::kConsumerWarps);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -220,17 +319,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (threadIdx.x == 0) load_tiles(params, storage, first_tile, tiles);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::Base::kConsumerRegisters>();
-    score_tiles(params.base, storage, first_tile, tiles, int(threadIdx.x) - 128);
+    const int tid = int(threadIdx.x) - 128;
+    if constexpr (kSums) {
+      probability_sums<Traits>(params.base, storage, first_tile, tiles, tid);
+    } else {
+      row_parts<Traits>(params.base, storage, first_tile, tiles, tid);
+    }
   }
 #endif
 }
 
-template <ElementType kType, int kHeadDim>
+// columns[h, key] = weight x (the block partials of (h, key), blocks ascending).
+__global__ void column_finish_kernel(const float* __restrict__ partials, int heads, int blocks, int64_t tokens,
+                                     float weight, float* __restrict__ columns) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= int64_t(heads) * tokens) return;
+  const int64_t head = item / tokens, key = item % tokens;
+  float sum = 0;
+  for (int b = 0; b < blocks; ++b) sum += partials[(head * blocks + b) * tokens + key];
+  columns[item] = weight * sum;
+}
+
+template <ElementType kType, int kHeadDim, int kStages, bool kSums>
 void launch(const RowPartsSm90Params& p, cudaStream_t stream) {
   using namespace cute;
-  using Traits = RowPartsTraits<kType, kHeadDim>;
+  using Traits = FusedTraits<kType, kHeadDim, kStages>;
   using Element = typename Traits::Element;
-  RowPartsKernelParams<Traits> kernel_params{p, {}, {}};
+  FusedKernelParams<Traits> kernel_params{p, {}, {}};
   const int64_t head_elements = int64_t(p.count) * kHeadDim;
   Tensor rows = make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(p.rows)),
                             make_shape(int32_t(p.count), int32_t(kHeadDim), int32_t(p.launch_heads), int32_t(1)),
@@ -242,8 +357,8 @@ void launch(const RowPartsSm90Params& p, cudaStream_t stream) {
                             make_stride(p.k_token_stride, _1{}, p.k_head_stride, p.k_batch_stride));
   kernel_params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, keys, take<0, 2>(typename Traits::SmemLayoutK{}),
                                       Shape<Int<kFusedTileKeys>, Int<kHeadDim>>{}, _1{});
-  auto* kernel = row_parts_kernel<Traits>;
-  constexpr int kSmem = kRowPartsSmemBytes<Traits>;
+  auto* kernel = fused_kernel<Traits, kSums>;
+  constexpr int kSmem = kFusedSmemBytes<Traits, kSums>;
   static_assert(kSmem <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
   WA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(unsigned(p.blocks.count), unsigned((p.key_tiles + kTilesPerChunk - 1) / kTilesPerChunk),
@@ -252,19 +367,35 @@ void launch(const RowPartsSm90Params& p, cudaStream_t stream) {
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int kStages, bool kSums>
+void launch_pass(const RowPartsSm90Params& params, cudaStream_t stream) {
+  WA_CHECK(params.head_dim == 64 || params.head_dim == 128, "the sm90 fused scoring takes head_dim 64 or 128, not ",
+           params.head_dim);
+  WA_CHECK(params.blocks.count > 0 && params.key_tiles > 0 && params.launch_heads > 0,
+           "the sm90 fused scoring needs rows, keys and heads");
+  const bool bf16 = params.element_type == ElementType::kBf16;
+  if (params.head_dim == 64) {
+    bf16 ? launch<ElementType::kBf16, 64, kStages, kSums>(params, stream)
+         : launch<ElementType::kFp16, 64, kStages, kSums>(params, stream);
+  } else {
+    bf16 ? launch<ElementType::kBf16, 128, kStages, kSums>(params, stream)
+         : launch<ElementType::kFp16, 128, kStages, kSums>(params, stream);
+  }
+}
+
 }  // namespace
 
 void launch_row_parts_sm90(const RowPartsSm90Params& params, cudaStream_t stream) {
-  WA_CHECK(params.head_dim == 64 || params.head_dim == 128, "the sm90 row parts take head_dim 64 or 128, not ",
-           params.head_dim);
-  WA_CHECK(params.blocks.count > 0 && params.key_tiles > 0 && params.launch_heads > 0,
-           "the sm90 row parts need rows, keys and heads");
-  const bool bf16 = params.element_type == ElementType::kBf16;
-  if (params.head_dim == 64) {
-    bf16 ? launch<ElementType::kBf16, 64>(params, stream) : launch<ElementType::kFp16, 64>(params, stream);
-  } else {
-    bf16 ? launch<ElementType::kBf16, 128>(params, stream) : launch<ElementType::kFp16, 128>(params, stream);
-  }
+  launch_pass<kRowPartsStages, false>(params, stream);
+}
+
+void launch_probability_sums_sm90(const RowPartsSm90Params& params, cudaStream_t stream) {
+  launch_pass<kSumsStages, true>(params, stream);
+  constexpr int kFinishThreads = 256;
+  const int64_t items = int64_t(params.launch_heads) * params.tokens;
+  column_finish_kernel<<<unsigned((items + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0, stream>>>(
+      params.column_partials, params.launch_heads, params.blocks.count, params.tokens, params.weight, params.columns);
+  WA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace wavealign::cuda::masks
