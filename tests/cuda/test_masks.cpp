@@ -512,6 +512,62 @@ TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
   }
 }
 
+// FlexPrefill's pooled block map (pooled_map.cu) against an fp64 host product, for the heads whose flag is set
+// only: 300 blocks (three 128-tiles, the last partial) at head_dim 64 and 128; head 1's flag is 0, so its map
+// must keep its poison; a second launch gives the same bits.
+TEST(MaskPooling, PooledMapOnlyForEnabledHeads) {
+  WA_REQUIRE_GPU();
+  constexpr int kHeads = 3, kBlocks = 300;
+  constexpr float kScale = 0.088388f;
+  const std::vector<uint8_t> enabled = {1, 0, 1};
+  for (const int d : {64, 128}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    std::mt19937 rng(77 + d);
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    std::vector<float> q(size_t(kHeads) * kBlocks * d), k(q.size());
+    for (float& x : q) x = value(rng);
+    for (float& x : k) x = value(rng);
+    const DeviceBuffer device_q = testing::upload(q), device_k = testing::upload(k);
+    const DeviceBuffer flags = testing::upload(enabled);
+    const size_t entries = size_t(kHeads) * kBlocks * kBlocks;
+    DeviceBuffer map(entries * sizeof(float));
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) {
+      WA_CUDA_OK(cudaMemset(map.get(), 0xFF, entries * sizeof(float)));  // NaN poison
+      masks::launch_pooled_map(device_q.as<float>(), device_k.as<float>(), kBlocks, d, kScale, flags.as<uint8_t>(),
+                               map.as<float>(), kHeads, nullptr);
+      WA_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(entries);
+      WA_CUDA_OK(cudaMemcpy(got.data(), map.get(), entries * sizeof(float), cudaMemcpyDeviceToHost));
+      runs.push_back(std::move(got));
+    }
+    const std::vector<float>& got = runs[0];
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), entries * sizeof(float)), 0) << "not the same bits";
+    for (int h = 0; h < kHeads; ++h) {
+      for (int i = 0; i < kBlocks; ++i) {
+        for (int j = 0; j < kBlocks; ++j) {
+          const float x = got[(size_t(h) * kBlocks + i) * kBlocks + j];
+          if (enabled[size_t(h)] == 0) {
+            uint32_t bits;
+            std::memcpy(&bits, &x, sizeof(bits));
+            ASSERT_EQ(bits, 0xFFFFFFFFu) << "head " << h << " was written at " << i << ", " << j;
+            continue;
+          }
+          double dot = 0, magnitude = 0;
+          for (int c = 0; c < d; ++c) {
+            const double a = q[(size_t(h) * kBlocks + i) * d + c], b = k[(size_t(h) * kBlocks + j) * d + c];
+            dot += a * b;
+            magnitude += std::abs(a * b);
+          }
+          // fp32 FFMA chains of d terms: within d x 2^-24 of the magnitude (x2 for the scale's rounding).
+          ASSERT_NEAR(x, kScale * dot, 2.0 * d * 6e-8 * kScale * magnitude + 1e-30)
+              << "head " << h << " entry " << i << ", " << j;
+        }
+      }
+    }
+  }
+}
+
 // ---- the fused scoring of sampled runs (FlexPrefill's path at head_dim 64 and 128) ----------------------------
 
 struct FusedCase {

@@ -314,13 +314,12 @@ void run_flexprefill(RunContext& context) {
     WA_CUDA_CHECK(cudaGetLastError());
 
     // Query-aware heads: the pooled block map's global coverage of gamma x query blocks (crossing excluded).
-    // The block means of Q only for them (half of the pooling's reads); the product still covers every head
-    // (its heads are one batched call) and the other heads' maps, computed from unwritten means, are not read:
-    // the row softmax and the selection skip them.
+    // The block means of Q and the map only for them (the decision's flags, on the device): the other heads'
+    // maps are neither computed nor read (the row softmax and the selection skip them too).
     for (int h = 0; h < heads; ++h)
       pool_block_means(qk.q_head(first + h), qk.q_token_stride, query_means + int64_t(h) * blocks * d, query_aware + h);
-    gemm_fp32_nt(context.blas, blocks, blocks, d, float(context.scale), query_means, d, int64_t(blocks) * d,
-                 key_means, d, int64_t(blocks) * d, block_map, blocks, map_entries, heads);
+    launch_pooled_map(query_means, key_means, blocks, d, float(context.scale), query_aware, block_map, heads,
+                      context.stream);
     launch_row_softmax(block_map, blocks, blocks, int64_t(heads) * blocks, context.stream, query_aware, blocks);
     SelectParams global = row_selection(block_map, heads, map_entries, group_mask);
     global.rule = SelectRule::kWithinMass;

@@ -269,6 +269,13 @@ void launch_gather_rows(const uint16_t* rows, int64_t token_stride, int head_dim
 void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream,
                      int groups = 1);
 
+// ---- pooled_map.cu: FlexPrefill's pooled block map ----
+/// map[h, I, J] = scale x query_means[h, I, :] . key_means[h, J, :] (fp32, [heads, blocks, head_dim] means,
+/// [heads, blocks, blocks] map) for the heads whose enabled[h] (device memory; null: every head) is nonzero;
+/// the other heads' maps are left as they are.
+void launch_pooled_map(const float* query_means, const float* key_means, int blocks, int head_dim, float scale,
+                       const uint8_t* enabled, float* map, int heads, cudaStream_t stream);
+
 // ---- blas.cu: the scoring products on cuBLAS ----
 /// C[b][i, j] = alpha * sum_c A[b][i, c] B[b][j, c] for b < batch (row-major A [m, k], B [n, k], C [m, n]
 /// with leading dimensions lda, ldb, ldc and batch strides), 16-bit inputs of `type`, fp32 output and sum.
