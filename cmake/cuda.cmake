@@ -137,9 +137,16 @@ if(wa_build_sm90)
   # Benchmarks only: the producer records when each CTA walks which K/V blocks (src/cuda/attention/progress_trace.h,
   # wa_bench_attention --progress-trace); public, so the dispatch's workspace and the benchmark agree.
   option(WA_SM90_PROGRESS_TRACE "Hopper kernel: record each CTA's walk through K/V in the workspace (benchmarks)" OFF)
-  target_compile_definitions(wavealign_cuda PUBLIC WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}>)
+  # Dense mode's CTAs kept within this many K/V blocks of the slowest (src/cuda/attention/kv_pacer.h; 0 = off):
+  # the lockstep that K-ahead and a third stage lose at 363,600 tokens; not measured yet.
+  set(WA_SM90_KV_PACER 0 CACHE STRING "Hopper kernel, dense mode: window in K/V blocks of the CTA pacer (0 = off)")
+  if(NOT WA_SM90_KV_PACER MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "WA_SM90_KV_PACER must be a number of blocks >= 0, got '${WA_SM90_KV_PACER}'")
+  endif()
+  target_compile_definitions(wavealign_cuda PUBLIC WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}>
+    WA_SM90_KV_PACER=${WA_SM90_KV_PACER})
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
-    WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}>
+    WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}> WA_SM90_KV_PACER=${WA_SM90_KV_PACER}
     WA_SM90_INTERLEAVE_ROWS=$<BOOL:${WA_SM90_INTERLEAVE_ROWS}>
     WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
     WA_SM90_K_AHEAD=${WA_SM90_K_AHEAD}

@@ -54,6 +54,8 @@ variants=(
   "kahead+pingpong|-DWA_SM90_K_AHEAD=1 -DWA_SM90_PINGPONG=ON"
   "interleave|-DWA_SM90_INTERLEAVE_ROWS=ON"
   "interleave+kahead-partial|-DWA_SM90_INTERLEAVE_ROWS=ON -DWA_SM90_K_AHEAD=2"
+  "pacer+kahead|-DWA_SM90_KV_PACER=128 -DWA_SM90_K_AHEAD=1"
+  "pacer|-DWA_SM90_KV_PACER=128"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).

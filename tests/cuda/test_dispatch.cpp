@@ -101,10 +101,12 @@ TEST(QuerySupport, NoDeviceIsAReason) {
   EXPECT_NE(support.reason.find("no CUDA device"), std::string::npos) << support.reason;
 }
 
-// The workspace is the ticket counter's 16 bytes; only a progress-trace build (benchmarks) adds its trace.
+// The workspace is the ticket counter's 16 bytes; only measurement builds add the K/V pacer's counters and the
+// progress trace behind it.
 TEST(SparseAttention, WorkspaceIsTheTicketUnlessTracing) {
-  const size_t expected = detail::kProgressTrace ? detail::kProgressTraceOffset + detail::kProgressTraceBytes : 16;
+  const size_t expected = 16 + detail::kKvPacerBytes + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
   EXPECT_EQ(workspace_bytes(supported_args()), expected);
+  if (!detail::kKvPacer && !detail::kProgressTrace) EXPECT_EQ(workspace_bytes(supported_args()), 16u);
 }
 
 // Argument checks run before the device is looked at, so they need no GPU.

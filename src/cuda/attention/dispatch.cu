@@ -239,8 +239,9 @@ Support query_support(const SparseAttentionArgs& args, int device) {
 }
 
 size_t workspace_bytes(const SparseAttentionArgs&) {
-  // One 32-bit ticket counter, padded to an alignment every allocator gives; then, in a progress-trace build
-  // (benchmarks only), the trace behind it (progress_trace.h).
+  // One 32-bit ticket counter, padded to an alignment every allocator gives; then, in a build with the K/V
+  // pacer or the progress trace (measurement builds), their counters and records (kv_pacer.h,
+  // progress_trace.h).
   return detail::kProgressTraceOffset + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
 }
 
@@ -280,7 +281,9 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   params.dense = args.dense;
   params.sawtooth = args.traversal == Traversal::kSawtooth;
 
-  const size_t zeroed = detail::kProgressTrace ? detail::kProgressTraceRecordsOffset : sizeof(unsigned int);
+  const size_t zeroed = detail::kProgressTrace ? detail::kProgressTraceRecordsOffset
+                        : detail::kKvPacer    ? detail::kKvPacerOffset + detail::kKvPacerBytes
+                                              : sizeof(unsigned int);
   WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, zeroed, stream));
   selection.entry->launch(params, stream);
 }

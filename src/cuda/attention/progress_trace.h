@@ -7,9 +7,10 @@
 // The producer warp records one entry per 32 walk positions (its index load), ~89 per dense row at 363,600
 // tokens, one 32-byte store per 32 blocks of ~2,500 SM cycles each: nothing the kernel's timing shows.
 //
-// The trace lives in the call's workspace behind the ticket counter:
+// The trace lives in the call's workspace behind the ticket counter (and the pacer's counters, kv_pacer.h):
 //   [0, 16)              ticket (dispatch.cu)
-//   [16, 16 + 4 * C)     uint32 records written per CTA (zeroed with the ticket before the launch)
+//   [O, O + 4 * C)       uint32 records written per CTA (zeroed with the ticket before the launch),
+//                        O = kProgressTraceOffset (16 without the pacer)
 //   then                 ProgressRecord[C][kProgressTraceRecordsPerCta]
 // with C = kProgressTraceCtas; CTAs past C, and records past the capacity, are not written (the count keeps
 // growing, so a reader sees what was dropped). Plain C++: the dispatch, the kernel and the benchmark share it.
@@ -17,6 +18,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "cuda/attention/kv_pacer.h"
 
 #ifndef WA_SM90_PROGRESS_TRACE
 #define WA_SM90_PROGRESS_TRACE 0
@@ -30,7 +33,7 @@ constexpr bool kProgressTrace = WA_SM90_PROGRESS_TRACE != 0;
 constexpr int kProgressTraceCtas = 264;
 constexpr int kProgressTraceRecordsPerCta = 12288;
 constexpr int kProgressTraceEvery = 32;  // walk positions per record: the producer's index batch
-constexpr size_t kProgressTraceOffset = 16;
+constexpr size_t kProgressTraceOffset = kKvPacerOffset + kKvPacerBytes;  // behind the ticket and the pacer
 
 struct ProgressRecord {
   uint64_t time_ns;  // %globaltimer when the producer starts the batch (ns, one clock for every SM)

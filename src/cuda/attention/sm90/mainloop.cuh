@@ -262,6 +262,8 @@ struct Mainloop {
 
     // WA_SM90_PROGRESS_TRACE (progress_trace.h): lane 0 records when each batch of 32 walk positions starts.
     ProgressTraceWriter trace(kProgressTrace && lane == 0);
+    // WA_SM90_KV_PACER (kv_pacer.h): dense mode's CTAs kept within a window of blocks of the slowest.
+    KvPacer pacer;
     int ticket = static_cast<int>(blockIdx.x);
     for (;;) {
       WorkRecord record{-1, 0, 0, -1};
@@ -277,7 +279,10 @@ struct Mainloop {
       }
       if (record.head >= 0) record.partial_position = partial_position<kBlockN>(p, item);
       ring.publish(record, lane);
-      if (record.head < 0) break;
+      if (record.head < 0) {
+        if constexpr (kKvPacer) KvPacer::done(p.ticket, lane);
+        break;
+      }
 
       if (item.n_blocks > 0) {
         if constexpr (Traits::kQStages == 1) load_q(item);
@@ -309,6 +314,9 @@ struct Mainloop {
         for (int base = 0; base < item.n_blocks; base += 32) {
           const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
           const int count = min(32, item.n_blocks - base);
+          if constexpr (kKvPacer) {
+            if (p.dense) pacer.before_batch(p.ticket, count, lane);
+          }
           if constexpr (kProgressTrace) {
             static_assert(kProgressTraceEvery == 32, "one record per index batch");
             trace.record(p.ticket, ticket, item.head, item.q_block, base, __shfl_sync(0xffffffffu, mine, 0));
