@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
@@ -41,7 +42,11 @@ __device__ inline float to_float(uint16_t bits, ElementType type) {
 // the loop was 283 SASS instructions per row, and at an estimated ~140 executed per row and warp the kernel
 // is issue-bound (363,600 rows per head: ~65 us of issue over 132 SMs x 4 schedulers at ncu's clock, 76 us
 // measured). At head_dim 128 the loop is now 116 instructions per two rows.
-template <class Element, int kColumns>
+//
+// kSimilarity false (FlexPrefill: means only, no `similar` output) drops the unit rows: their norm's 5-shuffle
+// reduction and rsqrt were a dependent chain per row that set the loop's pace; the column sums are the same
+// operations in the same order, so the same bits.
+template <class Element, int kColumns, bool kSimilarity>
 __device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t last, int warp, int lane,
                                 float (&sum)[kMaxLaneColumns], float (&unit)[kMaxLaneColumns]) {
   bool valid[kColumns];
@@ -52,6 +57,7 @@ __device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t
     valid[e] = c < params.head_dim;
     shift[e] = valid[e] && params.shift ? params.shift[c] : 0.0f;
   }
+#pragma unroll(kSimilarity ? 1 : 4)
   for (int64_t t = first + warp; t < last; t += kPoolWarps) {
     const uint16_t* row = params.rows + t * params.token_stride + lane;
     float x[kColumns], norm = 0;
@@ -60,17 +66,18 @@ __device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t
       x[e] = 0;
       if (valid[e]) {
         x[e] = element_to_float<Element>(row[32 * e]) - shift[e];
-        norm += x[e] * x[e];
+        if constexpr (kSimilarity) norm += x[e] * x[e];
       }
     }
+    if constexpr (kSimilarity) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
-    const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
+      for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
+      const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
 #pragma unroll
-    for (int e = 0; e < kColumns; ++e) {
-      sum[e] += x[e];
-      unit[e] += x[e] * inverse;
+      for (int e = 0; e < kColumns; ++e) unit[e] += x[e] * inverse;
     }
+#pragma unroll
+    for (int e = 0; e < kColumns; ++e) sum[e] += x[e];
   }
 }
 
@@ -79,7 +86,7 @@ __device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t
 // the mean of all pairwise cosines (diagonal included) is |sum of unit rows|^2 / n^2. A zero row normalises to
 // zero. (Staging 32 rows at a time in shared memory by 16-byte loads, or keeping 4 rows' loads in flight per
 // warp, did not help on the H200: 98 and 96 us per head against 76 us, both with more instructions per row.)
-template <int kColumns>
+template <int kColumns, bool kSimilarity>
 __global__ void pool_kernel(PoolParams params) {
   __shared__ float sums[kPoolWarps][256];
   __shared__ float units[kPoolWarps][256];
@@ -91,16 +98,16 @@ __global__ void pool_kernel(PoolParams params) {
   const int64_t last = first + params.block < params.tokens ? first + params.block : params.tokens;
   float sum[kMaxLaneColumns] = {}, unit[kMaxLaneColumns] = {};
   if (params.element_type == ElementType::kBf16) {
-    add_rows<__nv_bfloat16, kColumns>(params, first, last, warp, lane, sum, unit);
+    add_rows<__nv_bfloat16, kColumns, kSimilarity>(params, first, last, warp, lane, sum, unit);
   } else {
-    add_rows<__half, kColumns>(params, first, last, warp, lane, sum, unit);
+    add_rows<__half, kColumns, kSimilarity>(params, first, last, warp, lane, sum, unit);
   }
 #pragma unroll
   for (int e = 0; e < kMaxLaneColumns; ++e) {
     const int c = lane + 32 * e;
     if (c < 256) {
       sums[warp][c] = sum[e];
-      units[warp][c] = unit[e];
+      if constexpr (kSimilarity) units[warp][c] = unit[e];
     }
   }
   __syncthreads();
@@ -110,22 +117,23 @@ __global__ void pool_kernel(PoolParams params) {
     float total = 0, unit_total = 0;
     for (int w = 0; w < kPoolWarps; ++w) {
       total += sums[w][c];
-      unit_total += units[w][c];
+      if constexpr (kSimilarity) unit_total += units[w][c];
     }
     params.means[int64_t(block) * d + c] = total / n;
     part += unit_total * unit_total;
   }
-  if (params.similar == nullptr) return;
+  if constexpr (kSimilarity) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullWarp, part, offset);
-  if (lane == 0) similarity_parts[warp] = part;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float similarity = 0;
-    for (int w = 0; w < kPoolWarps; ++w) similarity += similarity_parts[w];
-    similarity /= n * n;
-    const bool partial = last - first < params.block;
-    params.similar[block] = similarity > params.theta && !(params.partial_not_similar && partial);
+    for (int offset = 16; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullWarp, part, offset);
+    if (lane == 0) similarity_parts[warp] = part;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float similarity = 0;
+      for (int w = 0; w < kPoolWarps; ++w) similarity += similarity_parts[w];
+      similarity /= n * n;
+      const bool partial = last - first < params.block;
+      params.similar[block] = similarity > params.theta && !(params.partial_not_similar && partial);
+    }
   }
 }
 
@@ -177,12 +185,21 @@ void launch_pool_blocks(const PoolParams& params, cudaStream_t stream) {
   WA_CHECK(params.head_dim > 0 && params.head_dim <= 32 * kMaxLaneColumns, "pooling takes head_dim 1 to ",
            32 * kMaxLaneColumns, ", got ", params.head_dim);
   const dim3 grid{unsigned(blocks)}, threads{unsigned(kPoolWarps * 32)};
+  // By head_dim's column slots per lane, and whether the self-similarity is wanted.
+  auto launch = [&](auto columns) {
+    constexpr int kColumns = decltype(columns)::value;
+    if (params.similar != nullptr) {
+      pool_kernel<kColumns, true><<<grid, threads, 0, stream>>>(params);
+    } else {
+      pool_kernel<kColumns, false><<<grid, threads, 0, stream>>>(params);
+    }
+  };
   if (params.head_dim <= 64) {
-    pool_kernel<2><<<grid, threads, 0, stream>>>(params);
+    launch(std::integral_constant<int, 2>{});
   } else if (params.head_dim <= 128) {
-    pool_kernel<4><<<grid, threads, 0, stream>>>(params);
+    launch(std::integral_constant<int, 4>{});
   } else {
-    pool_kernel<8><<<grid, threads, 0, stream>>>(params);
+    launch(std::integral_constant<int, 8>{});
   }
   WA_CUDA_CHECK(cudaGetLastError());
 }
