@@ -56,6 +56,7 @@ variants=(
   "interleave+kahead-partial|-DWA_SM90_INTERLEAVE_ROWS=ON -DWA_SM90_K_AHEAD=2"
   "pacer+kahead|-DWA_SM90_KV_PACER=128 -DWA_SM90_K_AHEAD=1"
   "pacer|-DWA_SM90_KV_PACER=128"
+  "stages3+kahead-partial+pacer|-DWA_SM90_KV_STAGES=3 -DWA_SM90_K_AHEAD=2 -DWA_SM90_KV_PACER=128"
 )
 name_of() { echo "${1%%|*}"; }
 # WA_VARIANTS="default uniform+exact ..." keeps only the named variants (a shorter run).

@@ -35,8 +35,9 @@ struct KernelTraits {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   // K and V stages each: 2 is FA3's hd128 choice (Q 32 KB + 2 x 2 x 32 KB = 160 KB); 3 (224 KB) still fits
-  // the 227 KB opt-in limit and hides longer L2 misses.
-  static constexpr int kStages = WA_SM90_KV_STAGES;
+  // the 227 KB opt-in limit and hides longer L2 misses. The 64-row kernels keep 2: with 3 (113 KB at 64 x 64)
+  // their second CTA per SM no longer fits, which cost dense 64 x 64 blocks 517 -> 403 TF/s on the H200.
+  static constexpr int kStages = kBlockM_ == 64 ? 2 : WA_SM90_KV_STAGES;
   // Q stages: 1 = the next item's Q TMA waits until the consumers' last S GEMM of the current item has
   // released the buffer; 2 = it is issued as soon as the producer has decoded the next ticket, about one
   // KV block earlier. 128x128, d = 128: 2 x 32 KB + 2 x 2 x 32 KB = 192 KB (3 KV stages would need 256 KB);
