@@ -76,29 +76,38 @@ def read_trace(path):
     return meta, np.concatenate(parts), counts
 
 
+def by_cta(records):
+    """(cta, its records in time order) for every CTA that recorded."""
+    for cta in np.unique(records["cta"]):
+        yield int(cta), records[records["cta"] == cta]
+
+
+def sample_times(records, samples):
+    """`samples` evenly spaced times (ns) inside the middle 90 % of the trace."""
+    times = records["time_ns"].astype(np.int64)
+    t0, t1 = times.min(), times.max()
+    return t0 + (t1 - t0) * (0.05 + 0.9 * (np.arange(samples) + 0.5) / samples)
+
+
 def cta_rates(records):
     """Walk positions per microsecond of each CTA: positions advanced between consecutive records of one item,
     over the time they took."""
     rates = {}
-    for cta in np.unique(records["cta"]):
-        own = records[records["cta"] == cta]
+    for cta, own in by_cta(records):
         same_item = own["ticket"][1:] == own["ticket"][:-1]
         positions = (own["position"][1:] - own["position"][:-1])[same_item].sum()
         micros = (own["time_ns"][1:].astype(np.int64) - own["time_ns"][:-1].astype(np.int64))[same_item].sum() / 1e3
         if micros > 0:
-            rates[int(cta)] = positions / micros
+            rates[cta] = positions / micros
     return rates
 
 
 def spreads(records, samples):
     """Per sample time: the CTA-weighted mean over heads of the range and of the 10-90 % range of the CTAs'
     current K/V blocks, and how many CTAs were walking."""
-    times = records["time_ns"].astype(np.int64)
-    t0, t1 = times.min(), times.max()
-    grid = t0 + (t1 - t0) * (0.05 + 0.9 * (np.arange(samples) + 0.5) / samples)
+    grid = sample_times(records, samples)
     per_cta = []
-    for cta in np.unique(records["cta"]):
-        own = records[records["cta"] == cta]
+    for _, own in by_cta(records):
         own_times = own["time_ns"].astype(np.int64)
         gaps = np.diff(own_times)
         # A CTA that has not recorded for 4 of its typical gaps has finished (or not started) by then.
@@ -133,12 +142,9 @@ def progress_spreads(records, samples, row_blocks):
     walked since the launch (every row has row_blocks), interpolated between its records. CTAs in lockstep have
     walked the same number whatever rows they are on, so unlike the K/V block index this has no jump where the
     CTAs wrap to their next rows."""
-    times = records["time_ns"].astype(np.int64)
-    t0, t1 = times.min(), times.max()
-    grid = t0 + (t1 - t0) * (0.05 + 0.9 * (np.arange(samples) + 0.5) / samples)
+    grid = sample_times(records, samples)
     walked = []
-    for cta in np.unique(records["cta"]):
-        own = records[records["cta"] == cta]
+    for _, own in by_cta(records):
         new_item = np.concatenate([[False], own["ticket"][1:] != own["ticket"][:-1]])
         progress = own["position"] + row_blocks * np.cumsum(new_item)
         own_times = own["time_ns"].astype(np.int64)
