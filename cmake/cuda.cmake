@@ -154,10 +154,10 @@ if(wa_build_sm90)
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>
     WA_SM90_Q_STAGES=${WA_SM90_Q_STAGES} WA_SM90_UNIFORM_OPERANDS=$<BOOL:${WA_SM90_UNIFORM_OPERANDS}>
     WA_SM90_EXACT_RESCALE=$<BOOL:${WA_SM90_EXACT_RESCALE}> WA_SM90_ROW_MAX_CHAINS=${WA_SM90_ROW_MAX_CHAINS})
-  # The fused scoring's first pass on wgmma (src/cuda/masks/sm90/row_parts_sm90.cu) instead of mma.sync; off
-  # until its GPU tests have run.
-  option(WA_MASKS_SM90_ROW_PARTS "FlexPrefill's fused scoring: the first pass on wgmma on sm_90" OFF)
-  target_compile_definitions(wavealign_cuda PRIVATE WA_MASKS_SM90_ROW_PARTS=$<BOOL:${WA_MASKS_SM90_ROW_PARTS}>)
+  # FlexPrefill's fused scoring passes on wgmma (src/cuda/masks/sm90/fused_scoring_sm90.cu) instead of mma.sync;
+  # off until its GPU tests have run.
+  option(WA_MASKS_SM90_FUSED_SCORING "FlexPrefill's fused scoring: both passes on wgmma on sm_90" OFF)
+  target_compile_definitions(wavealign_cuda PRIVATE WA_MASKS_SM90_FUSED_SCORING=$<BOOL:${WA_MASKS_SM90_FUSED_SCORING}>)
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
   target_compile_definitions(wavealign_cuda PRIVATE WAVEALIGN_HAS_SM90_KERNELS=1)
   # TMA descriptors are encoded through the driver entry point that the runtime exposes; no -lcuda needed.

@@ -233,8 +233,8 @@ def describe(summary):
     for key, label in (("walked_range", "range"), ("walked_10_90", "10-90 %")):
         if key in summary:
             entry = summary[key]
-            lines.append(f"  blocks walked since the launch, spread over CTAs ({label}): median {fmt(entry['median'])}, "
-                         f"p90 {fmt(entry['p90'])}; first tenth {fmt(entry['first_tenth'])}, last tenth "
+            lines.append(f"  blocks walked since the launch, spread over CTAs ({label}): median "
+                         f"{fmt(entry['median'])}, p90 {fmt(entry['p90'])}; first tenth {fmt(entry['first_tenth'])}, last tenth "
                          f"{fmt(entry['last_tenth'])}")
     return "\n".join(lines)
 

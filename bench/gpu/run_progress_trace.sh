@@ -3,8 +3,8 @@
 # together, in the producer's default order and with K loaded ahead of V (docs/kernel.md, "The original row
 # order, and the producer's K-ahead order"). Builds wa_bench_attention and wa_test_attention with
 # -DWA_SM90_PROGRESS_TRACE=ON for each variant below (in parallel), runs the trace's own GPU test and the dense
-# and reference tests, then each build on Wan2.1-14B 401 frames, 4 heads: dense mode, the video mask (0.28) in WaveAlign and in its
-# original order, the random mask (0.20) in WaveAlign order (2 s of warm-up, 3 timed runs, cold L2; the trace
+# and reference tests, then each build on Wan2.1-14B 401 frames, 4 heads: dense mode, the video mask (0.28) in
+# WaveAlign and in its original order, the random mask (0.20) in WaveAlign order (2 s of warm-up, 3 timed runs, cold L2; the trace
 # is the last run's), and summarizes the traces with bench/gpu/collect_progress_trace.py.
 #
 #   [WA_TRACE_VARIANTS="k0 k1 k2 k1-pacer"] bench/gpu/run_progress_trace.sh SRC_DIR LOG_DIR

@@ -44,7 +44,7 @@
 #include "cuda/attention/sm80/instructions.cuh"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/masks/mask_kernels.h"
-#include "cuda/masks/row_parts_sm90.h"
+#include "cuda/masks/fused_scoring_sm90.h"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
@@ -717,27 +717,27 @@ void launch_pass(const TileParams& params, int shared_limit, cudaStream_t stream
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
-#ifndef WA_MASKS_SM90_ROW_PARTS
-#define WA_MASKS_SM90_ROW_PARTS 0
+#ifndef WA_MASKS_SM90_FUSED_SCORING
+#define WA_MASKS_SM90_FUSED_SCORING 0
 #endif
 #if defined(WAVEALIGN_HAS_SM90_KERNELS)
-constexpr bool kRowPartsOnWgmma = WA_MASKS_SM90_ROW_PARTS != 0;
+constexpr bool kFusedScoringOnWgmma = WA_MASKS_SM90_FUSED_SCORING != 0;
 #else
-constexpr bool kRowPartsOnWgmma = false;
+constexpr bool kFusedScoringOnWgmma = false;
 #endif
 
-/// Pass 1 on wgmma (row_parts_sm90.h) where it is built, enabled (-DWA_MASKS_SM90_ROW_PARTS=ON) and applies:
-/// an sm_90 device and K rows TMA can address (16-byte aligned, k_vectors).
-bool row_parts_on_wgmma(const TileParams& params, int device) {
-  if (!kRowPartsOnWgmma || !params.k_vectors) return false;
+/// Both passes on wgmma (fused_scoring_sm90.h) where they are built, enabled (-DWA_MASKS_SM90_FUSED_SCORING=ON)
+/// and apply: an sm_90 device and K rows TMA can address (16-byte aligned, k_vectors).
+bool fused_scoring_on_wgmma(const TileParams& params, int device) {
+  if (!kFusedScoringOnWgmma || !params.k_vectors) return false;
   int major = 0, minor = 0;
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   return major == 9 && minor == 0;
 }
 
-/// Pass 1 (sums false) or pass 2 on wgmma; only reached where row_parts_on_wgmma said so.
-void launch_wgmma_pass(const RowPartsSm90Params& params, bool sums, cudaStream_t stream) {
+/// Pass 1 (sums false) or pass 2 on wgmma; only reached where fused_scoring_on_wgmma said so.
+void launch_wgmma_pass(const FusedScoringSm90Params& params, bool sums, cudaStream_t stream) {
 #if defined(WAVEALIGN_HAS_SM90_KERNELS)
   sums ? launch_probability_sums_sm90(params, stream) : launch_row_parts_sm90(params, stream);
 #else
@@ -748,10 +748,10 @@ void launch_wgmma_pass(const RowPartsSm90Params& params, bool sums, cudaStream_t
 #endif
 }
 
-/// The wgmma passes' view of one launch (row_parts_sm90.h).
-RowPartsSm90Params wgmma_params(const TileParams& params, const FusedScratch& scratch, int heads, int head_dim,
+/// The wgmma passes' view of one launch (fused_scoring_sm90.h).
+FusedScoringSm90Params wgmma_params(const TileParams& params, const FusedScratch& scratch, int heads, int head_dim,
                                 ElementType type, int k_batches) {
-  RowPartsSm90Params wgmma;
+  FusedScoringSm90Params wgmma;
   wgmma.element_type = type;
   wgmma.head_dim = head_dim;
   wgmma.rows = params.rows;
@@ -786,8 +786,8 @@ void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bo
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   params.items = scratch.key_tiles * heads;  // <= INT_MAX / 2: carve_fused_scratch
-  const bool wgmma = row_parts_on_wgmma(params, device);
-  const RowPartsSm90Params wgmma_view = wgmma_params(params, scratch, heads, kHeadDim, type, k_batches);
+  const bool wgmma = fused_scoring_on_wgmma(params, device);
+  const FusedScoringSm90Params wgmma_view = wgmma_params(params, scratch, heads, kHeadDim, type, k_batches);
   if (wgmma) {
     launch_wgmma_pass(wgmma_view, false, stream);
   } else {
@@ -836,7 +836,7 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
   const size_t tile_floats = size_t(key_tiles) * rows;
   const size_t diagonal_floats = size_t(blocks.count) * size_t(key_tiles) * kTileDiagonals;
   // The wgmma pass 2 sums the columns per row block first (its CTAs split the rows): 4 x 363,600 floats a head.
-  const size_t column_floats = kRowPartsOnWgmma ? size_t(blocks.count) * size_t(tokens) : 0;
+  const size_t column_floats = kFusedScoringOnWgmma ? size_t(blocks.count) * size_t(tokens) : 0;
   const size_t per_head = (2 * tile_floats + 2 * rows + diagonal_floats + column_floats) * sizeof(float);
   const size_t max_heads = size_t(kMaxItems / std::max<int64_t>(key_tiles, 1));
   scratch.batch_heads =
@@ -849,7 +849,7 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
   scratch.row_max_log2 = workspace.take<float>(batch * rows);
   scratch.row_sum = workspace.take<float>(batch * rows);
   scratch.diagonal_partials = workspace.take<float>(batch * diagonal_floats);
-  if (kRowPartsOnWgmma) scratch.column_partials = workspace.take<float>(batch * column_floats);
+  if (kFusedScoringOnWgmma) scratch.column_partials = workspace.take<float>(batch * column_floats);
   return scratch;
 }
 

@@ -228,7 +228,7 @@ struct FusedScratch {
   float* row_max_log2 = nullptr;   // [batch_heads, rows]: max over keys of log2(e) x scale x q.k
   float* row_sum = nullptr;        // [batch_heads, rows]: sum over keys of exp(x - max), x = scale x q.k
   float* diagonal_partials = nullptr;  // [batch_heads, blocks, key_tiles, 2 kFusedTileKeys - 1]
-  float* column_partials = nullptr;    // [batch_heads, blocks, tokens]: the wgmma pass 2 only (row_parts_sm90.h)
+  float* column_partials = nullptr;    // [batch_heads, blocks, tokens]: the wgmma pass 2 only (fused_scoring_sm90.h)
 };
 FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const FusedRowBlocks& blocks, int64_t tokens,
                                  int head_dim);

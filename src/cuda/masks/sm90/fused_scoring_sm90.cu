@@ -1,4 +1,4 @@
-// The fused scoring's two passes on wgmma (row_parts_sm90.h). The mma.sync passes (fused_scores.cu) take
+// The fused scoring's two passes on wgmma (fused_scoring_sm90.h). The mma.sync passes (fused_scores.cu) take
 // 1.98 and 2.66 ms per 8 heads x 512 rows x 363,600 keys at d = 128 on the H200 (ncu), ~4,900 and ~6,100 SM
 // cycles per 128 x 128 x 128 tile, issue-bound: their 64 HMMAs and 16 ldmatrix per warp and step compete with
 // the exp2s for the issue slots. Here one wgmma batch per consumer warpgroup scores 64 rows x 128 keys with both
@@ -33,7 +33,7 @@
 #include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
 #include "cuda/attention/sm90/mainloop.cuh"
-#include "cuda/masks/row_parts_sm90.h"
+#include "cuda/masks/fused_scoring_sm90.h"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
@@ -94,7 +94,7 @@ constexpr int kFusedSmemBytes = int(sizeof(FusedStorage<Traits, kSums>)) + 1024;
 
 template <class Traits>
 struct FusedKernelParams {
-  RowPartsSm90Params base;
+  FusedScoringSm90Params base;
   typename Traits::TmaQ tma_q;
   typename Traits::TmaK tma_k;
 };
@@ -106,7 +106,7 @@ __device__ __forceinline__ void load_tiles(const FusedKernelParams<Traits>& para
   using namespace cute;
   constexpr int kHeadDim = decltype(size<1>(typename Traits::SmemLayoutQ{}))::value;
   constexpr int kStages = Traits::kStages;
-  const RowPartsSm90Params& p = params.base;
+  const FusedScoringSm90Params& p = params.base;
   prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
   prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
   const int head = blockIdx.z;
@@ -142,8 +142,8 @@ __device__ __forceinline__ void load_tiles(const FusedKernelParams<Traits>& para
 /// two accumulator sets; epilogue(i, tile, frag) runs once tile i's scores are complete and its K stage is free
 /// again (keys past the sequence already -inf).
 template <class Traits, class Storage, class Epilogue>
-__device__ __forceinline__ void score_tiles(const RowPartsSm90Params& p, Storage& storage, int first_tile, int tiles,
-                                            int tid, Epilogue&& epilogue) {
+__device__ __forceinline__ void score_tiles(const FusedScoringSm90Params& p, Storage& storage, int first_tile,
+                                            int tiles, int tid, Epilogue&& epilogue) {
   using namespace cute;
   constexpr int kStages = Traits::kStages;
   typename Traits::TiledMma mma;
@@ -195,12 +195,14 @@ __device__ __forceinline__ void score_tiles(const RowPartsSm90Params& p, Storage
 }
 
 /// Row (of the block) of a consumer thread's fragment half 0 (softmax.cuh's view); half 1 is 8 below.
-__device__ __forceinline__ int fragment_row(int tid) { return 64 * (tid / 128) + 16 * ((tid % 128) / 32) + (tid % 32) / 4; }
+__device__ __forceinline__ int fragment_row(int tid) {
+  return 64 * (tid / 128) + 16 * ((tid % 128) / 32) + (tid % 32) / 4;
+}
 
 /// Pass 1's epilogue: per row, the tile's max (the raw maximum scaled once: scale_log2 > 0, so it is the
 /// maximum of the rounded x2) and the sum of exp2(fma(score, scale_log2, -max)), quad-reduced.
 template <class Traits, class Storage>
-__device__ __forceinline__ void row_parts(const RowPartsSm90Params& p, Storage& storage, int first_tile, int tiles,
+__device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Storage& storage, int first_tile, int tiles,
                                           int tid) {
   const int row = fragment_row(tid), quad_lane = tid & 3;
   const FusedRowBlock& block = p.blocks.block[blockIdx.x];
@@ -229,7 +231,7 @@ __device__ __forceinline__ void row_parts(const RowPartsSm90Params& p, Storage& 
 
 /// Pass 2's epilogue (the walk in the file comment).
 template <class Traits, class Storage>
-__device__ __forceinline__ void probability_sums(const RowPartsSm90Params& p, Storage& storage, int first_tile,
+__device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p, Storage& storage, int first_tile,
                                                  int tiles, int tid) {
   const int row = fragment_row(tid), quad_lane = tid & 3;
   const FusedRowBlock& block = p.blocks.block[blockIdx.x];
@@ -341,7 +343,7 @@ __global__ void column_finish_kernel(const float* __restrict__ partials, int hea
 }
 
 template <ElementType kType, int kHeadDim, int kStages, bool kSums>
-void launch(const RowPartsSm90Params& p, cudaStream_t stream) {
+void launch(const FusedScoringSm90Params& p, cudaStream_t stream) {
   using namespace cute;
   using Traits = FusedTraits<kType, kHeadDim, kStages>;
   using Element = typename Traits::Element;
@@ -368,7 +370,7 @@ void launch(const RowPartsSm90Params& p, cudaStream_t stream) {
 }
 
 template <int kStages, bool kSums>
-void launch_pass(const RowPartsSm90Params& params, cudaStream_t stream) {
+void launch_pass(const FusedScoringSm90Params& params, cudaStream_t stream) {
   WA_CHECK(params.head_dim == 64 || params.head_dim == 128, "the sm90 fused scoring takes head_dim 64 or 128, not ",
            params.head_dim);
   WA_CHECK(params.blocks.count > 0 && params.key_tiles > 0 && params.launch_heads > 0,
@@ -385,11 +387,11 @@ void launch_pass(const RowPartsSm90Params& params, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_row_parts_sm90(const RowPartsSm90Params& params, cudaStream_t stream) {
+void launch_row_parts_sm90(const FusedScoringSm90Params& params, cudaStream_t stream) {
   launch_pass<kRowPartsStages, false>(params, stream);
 }
 
-void launch_probability_sums_sm90(const RowPartsSm90Params& params, cudaStream_t stream) {
+void launch_probability_sums_sm90(const FusedScoringSm90Params& params, cudaStream_t stream) {
   launch_pass<kSumsStages, true>(params, stream);
   constexpr int kFinishThreads = 256;
   const int64_t items = int64_t(params.launch_heads) * params.tokens;

@@ -1,9 +1,9 @@
-// The fused scoring's two passes on Hopper's wgmma (src/cuda/masks/sm90/row_parts_sm90.cu), writing what
+// The fused scoring's two passes on Hopper's wgmma (src/cuda/masks/sm90/fused_scoring_sm90.cu), writing what
 // fused_scores.cu's mma.sync passes write, so the same merges follow: pass 1 the per-(gathered row, 128-key
 // tile) max of x2 = log2(e) scale q.k and sum of exp2(x2 - max) (row_stats_finish_kernel merges them); pass 2,
 // from the merged row statistics, p = exp2(x2 - row max) / row sum summed per column (per row block, then added
 // over the blocks here) and per tile diagonal (the same partials diagonal_finish_kernel adds). Built with the
-// sm_90a kernels and used only when configured with -DWA_MASKS_SM90_ROW_PARTS=ON (fused_scores.cu), until its
+// sm_90a kernels and used only when configured with -DWA_MASKS_SM90_FUSED_SCORING=ON (fused_scores.cu), until its
 // GPU tests have run. Plain C++: the dispatch TU includes it without CuTe.
 #pragma once
 
@@ -15,7 +15,7 @@
 
 namespace wavealign::cuda::masks {
 
-struct RowPartsSm90Params {
+struct FusedScoringSm90Params {
   ElementType element_type = ElementType::kBf16;
   int head_dim = 0;  // 64 or 128
   // Gathered rows [launch_heads, count, head_dim], contiguous; row block b is rows blocks.block[b].first_row ..
@@ -44,7 +44,7 @@ struct RowPartsSm90Params {
 };
 
 /// Launch on `stream` (no host sync); need an sm_90 device and the sm_90a build.
-void launch_row_parts_sm90(const RowPartsSm90Params& params, cudaStream_t stream);
-void launch_probability_sums_sm90(const RowPartsSm90Params& params, cudaStream_t stream);
+void launch_row_parts_sm90(const FusedScoringSm90Params& params, cudaStream_t stream);
+void launch_probability_sums_sm90(const FusedScoringSm90Params& params, cudaStream_t stream);
 
 }  // namespace wavealign::cuda::masks
