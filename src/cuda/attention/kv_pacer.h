@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 #ifndef WA_SM90_KV_PACER
 #define WA_SM90_KV_PACER 0
 #endif
@@ -26,6 +28,12 @@ constexpr bool kKvPacer = kKvPacerWindow > 0;
 constexpr int kKvPacerCtas = 288;  // the grid's CTAs it paces (the H200's 132 x 2 and a margin); more: unpaced
 constexpr size_t kKvPacerOffset = 16;
 constexpr size_t kKvPacerBytes = kKvPacer ? sizeof(uint32_t) * kKvPacerCtas : 0;  // a multiple of 16
+
+/// Whether a CTA that has issued `issued` blocks may issue more: the slowest working CTA (`slowest`, at most
+/// `issued`; UINT32_MAX when every other CTA is out of work) is at most `window` blocks behind.
+WA_HOST_DEVICE constexpr bool kv_pacer_may_issue(uint32_t issued, uint32_t slowest, uint32_t window) {
+  return slowest == UINT32_MAX || issued - slowest <= window;
+}
 
 #if defined(__CUDACC__)
 /// The producer warp of one CTA (all 32 lanes call it). Holds only its count: the counters' address comes
@@ -45,7 +53,7 @@ struct KvPacer {
       uint32_t slowest = UINT32_MAX;
       for (unsigned c = lane; c < gridDim.x; c += 32) slowest = min(slowest, load(progress + c));
       slowest = __reduce_min_sync(0xffffffffu, slowest);
-      if (slowest == UINT32_MAX || issued - slowest <= uint32_t(kKvPacerWindow)) break;
+      if (kv_pacer_may_issue(issued, slowest, uint32_t(kKvPacerWindow))) break;
       __nanosleep(256);
     }
     issued += uint32_t(count);
