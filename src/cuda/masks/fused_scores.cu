@@ -669,11 +669,13 @@ __device__ inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / 
 
 // One thread per (head, diagonal t): delta = diagonal_offset(t) lies on tile diagonal e = delta - q_first +
 // 128 kt + 127 of row block j and key tile kt when 0 <= e < 255, i.e. in at most two tiles per block; the
-// partials add up over the blocks in ascending order, then the tiles in ascending order. One-sided
+// partials add up over the blocks in ascending order, then (the wgmma pass 2: `halves` = 2 sets of partials
+// per block, fused_scoring_sm90.h) the halves in order, then the tiles in ascending order. One-sided
 // diagonals (delta >= 0) leave the partials at delta < 0 unread.
 __global__ void diagonal_finish_kernel(const float* __restrict__ partials,
-                                       const __grid_constant__ FusedRowBlocks blocks, int heads, int64_t tokens,
-                                       int key_tiles, bool two_sided, float weight, float* __restrict__ diagonals) {
+                                       const __grid_constant__ FusedRowBlocks blocks, int halves, int heads,
+                                       int64_t tokens, int key_tiles, bool two_sided, float weight,
+                                       float* __restrict__ diagonals) {
   const int64_t count = methods::diagonal_count(tokens, two_sided);
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= int64_t(heads) * count) return;
@@ -684,8 +686,10 @@ __global__ void diagonal_finish_kernel(const float* __restrict__ partials,
     const int64_t base = blocks.block[j].q_first - delta - (kFusedTileKeys - 1);  // 128 kt = base + e
     const int64_t first = max(int64_t(0), -floor_div(-base, kFusedTileKeys));
     const int64_t last = min(int64_t(key_tiles) - 1, floor_div(base + kTileDiagonals - 1, kFusedTileKeys));
-    const float* block_partials = partials + (head * blocks.count + j) * key_tiles * kTileDiagonals;
-    for (int64_t t = first; t <= last; ++t) sum += block_partials[t * kTileDiagonals + (t * kFusedTileKeys - base)];
+    for (int h = 0; h < halves; ++h) {
+      const float* block_partials = partials + ((head * blocks.count + j) * halves + h) * key_tiles * kTileDiagonals;
+      for (int64_t t = first; t <= last; ++t) sum += block_partials[t * kTileDiagonals + (t * kFusedTileKeys - base)];
+    }
   }
   diagonals[item] = weight * sum;
 }
@@ -803,7 +807,8 @@ void launch_passes(TileParams params, const FusedScratch& scratch, int heads, bo
     launch_pass<Element, kHeadDim, true>(params, shared_limit, stream);
   }
   diagonal_finish_kernel<<<grid_for(int64_t(heads) * methods::diagonal_count(params.tokens, two_sided), kFinishThreads),
-                           kFinishThreads, 0, stream>>>(scratch.diagonal_partials, scratch.blocks, heads, params.tokens,
+                           kFinishThreads, 0, stream>>>(scratch.diagonal_partials, scratch.blocks,
+                                                        wgmma ? kFusedSumsHalves : 1, heads, params.tokens,
                                                         scratch.key_tiles, two_sided, params.weight, diagonals);
   WA_CUDA_CHECK(cudaGetLastError());
 }
@@ -834,9 +839,11 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
   scratch.key_tiles = int(key_tiles);
   const size_t rows = size_t(blocks.rows);
   const size_t tile_floats = size_t(key_tiles) * rows;
-  const size_t diagonal_floats = size_t(blocks.count) * size_t(key_tiles) * kTileDiagonals;
-  // The wgmma pass 2 sums the columns per row block first (its CTAs split the rows): 4 x 363,600 floats a head.
-  const size_t column_floats = kFusedScoringOnWgmma ? size_t(blocks.count) * size_t(tokens) : 0;
+  // The wgmma pass 2 writes its diagonal and column partials per half row block (fused_scoring_sm90.h): its
+  // CTAs split the rows, so the columns too are summed per half first (8 x 363,600 floats a head).
+  const size_t halves = kFusedScoringOnWgmma ? kFusedSumsHalves : 1;
+  const size_t diagonal_floats = size_t(blocks.count) * halves * size_t(key_tiles) * kTileDiagonals;
+  const size_t column_floats = kFusedScoringOnWgmma ? size_t(blocks.count) * halves * size_t(tokens) : 0;
   const size_t per_head = (2 * tile_floats + 2 * rows + diagonal_floats + column_floats) * sizeof(float);
   const size_t max_heads = size_t(kMaxItems / std::max<int64_t>(key_tiles, 1));
   scratch.batch_heads =

@@ -1,8 +1,8 @@
 // The fused scoring's two passes on Hopper's wgmma (src/cuda/masks/sm90/fused_scoring_sm90.cu), writing what
 // fused_scores.cu's mma.sync passes write, so the same merges follow: pass 1 the per-(gathered row, 128-key
 // tile) max of x2 = log2(e) scale q.k and sum of exp2(x2 - max) (row_stats_finish_kernel merges them); pass 2,
-// from the merged row statistics, p = exp2(x2 - row max) / row sum summed per column (per row block, then added
-// over the blocks here) and per tile diagonal (the same partials diagonal_finish_kernel adds). Built with the
+// from the merged row statistics, p = exp2(x2 - row max) / row sum summed per column and per tile diagonal, per
+// half row block (the column halves are added over the blocks here, the diagonal ones by diagonal_finish_kernel). Built with the
 // sm_90a kernels and used only when configured with -DWA_MASKS_SM90_FUSED_SCORING=ON (fused_scores.cu), until its
 // GPU tests have run. Plain C++: the dispatch TU includes it without CuTe.
 #pragma once
@@ -14,6 +14,9 @@
 #include "cuda/masks/mask_kernels.h"
 
 namespace wavealign::cuda::masks {
+
+/// Pass 2 writes its partials per half of a row block: rows 0-63 and 64-127, one per consumer warpgroup.
+constexpr int kFusedSumsHalves = 2;
 
 struct FusedScoringSm90Params {
   ElementType element_type = ElementType::kBf16;
@@ -37,10 +40,12 @@ struct FusedScoringSm90Params {
   float* tile_sum = nullptr;
   const float* row_max_log2 = nullptr;  // pass 2 in: [launch_heads, count]
   const float* row_sum = nullptr;
-  float* column_partials = nullptr;    // pass 2 scratch: [launch_heads, blocks.count, tokens]
+  float* column_partials = nullptr;    // pass 2 scratch: [launch_heads, blocks.count, kFusedSumsHalves, tokens]
   float* columns = nullptr;            // pass 2 out: [launch_heads, tokens], weight x the sum over every row
   float weight = 0;
-  float* diagonal_partials = nullptr;  // pass 2 out: [launch_heads, blocks.count, key_tiles, 2 x 128 - 1]
+  // pass 2 out: [launch_heads, blocks.count, kFusedSumsHalves, key_tiles, 2 x 128 - 1], for
+  // diagonal_finish_kernel with halves = kFusedSumsHalves.
+  float* diagonal_partials = nullptr;
 };
 
 /// Launch on `stream` (no host sync); need an sm_90 device and the sm_90a build.

@@ -227,8 +227,10 @@ struct FusedScratch {
   float* tile_sum = nullptr;       // [batch_heads, key_tiles, rows]
   float* row_max_log2 = nullptr;   // [batch_heads, rows]: max over keys of log2(e) x scale x q.k
   float* row_sum = nullptr;        // [batch_heads, rows]: sum over keys of exp(x - max), x = scale x q.k
-  float* diagonal_partials = nullptr;  // [batch_heads, blocks, key_tiles, 2 kFusedTileKeys - 1]
-  float* column_partials = nullptr;    // [batch_heads, blocks, tokens]: the wgmma pass 2 only (fused_scoring_sm90.h)
+  // [batch_heads, blocks, halves, key_tiles, 2 kFusedTileKeys - 1]: halves 1, or kFusedSumsHalves where the
+  // wgmma passes are built (fused_scoring_sm90.h)
+  float* diagonal_partials = nullptr;
+  float* column_partials = nullptr;  // [batch_heads, blocks, kFusedSumsHalves, tokens]: the wgmma pass 2 only
 };
 FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const FusedRowBlocks& blocks, int64_t tokens,
                                  int head_dim);

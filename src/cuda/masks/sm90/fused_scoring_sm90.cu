@@ -8,12 +8,12 @@
 // 16,384 stores and two walks over it, ~1,500 cycles of shared memory); not yet measured.
 //
 // Pass 2's sums, in a fixed order (the same bits on every run): p goes to a 128 x 136 fp32 tile (stride 8 mod
-// 32 banks: conflict-free float2 stores, as in fused_scores.cu); thread t of half h (the CTA's 256 consumer
-// threads) then walks rows 64 h .. 64 h + 63 of column t and of wrapped diagonal t, the elements at column
+// 32 banks: conflict-free float2 stores, as in fused_scores.cu); thread t of consumer warpgroup h then walks
+// its warpgroup's rows 64 h .. 64 h + 63 of column t and of wrapped diagonal t, the elements at column
 // (row - t) mod 128, which are tile diagonal t + 127 (delta = row - column = t) where row >= t and t - 1 where
-// row < t; at each row the 128 threads read one row's 128 columns, so neither walk has bank conflicts. Half 1
-// hands its three sums to half 0 through the tile's padding, which adds them and writes the column partial of
-// the row block and the tile's two diagonal partials.
+// row < t; at each row the 128 threads read one row's 128 columns, so neither walk has bank conflicts. Each
+// warpgroup syncs only itself (named barriers 1 and 2) and writes its half's column and diagonal partials, so
+// one's exp2s (MUFU) run while the other walks (shared memory); the finishing kernels add the two halves.
 //
 // CTA = the attention kernel's warp roles (kernel_traits.cuh): warpgroup 0's thread 0 loads, by TMA, the row
 // block's Q rows once and the chunk's key tiles into a ring (4 stages in pass 1, 3 next to pass 2's tile);
@@ -53,10 +53,10 @@ constexpr int kRowPartsStages = 4;  // pass 1: Q 32 KB + 4 x 32 KB of K at d = 1
 constexpr int kSumsStages = 3;      // pass 2: + the 68 KB probability tile, 197 KB in all
 constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
-constexpr uint32_t kSumsBarrier = 1;  // named barrier of the 256 consumer threads (0 is __syncthreads)
-constexpr int kConsumerThreads = 2 * 128;
-static_assert(3 * kFusedTileKeys <= kFusedTileRows * (kProbabilityStride - kFusedTileKeys),
-              "the exchange (128 column and 256 diagonal sums) fits the tile's padding");
+constexpr uint32_t kSumsBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup (0 is __syncthreads)
+constexpr int kWarpgroupThreads = 128;
+constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
+static_assert(kFusedSumsHalves * 64 == kFusedTileRows, "a half per consumer warpgroup, 64 rows each");
 
 template <ElementType kType, int kHeadDim, int kStages_>
 struct FusedTraits {
@@ -247,9 +247,10 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
     inverse[h] = r < block.rows ? 1.0f / p.row_sum[at] : 0.0f;
   }
   float* tile = storage.probabilities;
-  auto exchange = [&](int n) -> float& { return tile[(n / 8) * kProbabilityStride + kFusedTileKeys + n % 8]; };
+  // half = the warpgroup: it stages and walks its own 64 rows, so the two warpgroups never wait for each other
+  // (one's exp2s overlap the other's walks) and each writes its own partials.
   const int t = tid % kFusedTileKeys, half = tid / kFusedTileKeys;
-  const int64_t block_head = int64_t(head) * p.blocks.count + blockIdx.x;
+  const int64_t block_half = (int64_t(head) * p.blocks.count + blockIdx.x) * kFusedSumsHalves + half;
   score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int key_tile, auto& frag) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -262,7 +263,7 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
         *reinterpret_cast<float2*>(line + 8 * v) = x;
       }
     }
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, kSumsBarrier);  // the tile is staged
+    cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // the half's rows are staged
     float column = 0, lower = 0, upper = 0;
 #pragma unroll 8
     for (int r = 64 * half; r < 64 * half + 64; ++r) {
@@ -275,22 +276,13 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
         lower += x;  // tile diagonal t - 1
       }
     }
-    if (half == 1) {
-      exchange(t) = column;
-      exchange(kFusedTileKeys + t) = lower;
-      exchange(2 * kFusedTileKeys + t) = upper;
-    }
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, kSumsBarrier);  // the walks are done, half 1's sums posted
-    if (half == 0) {
-      column += exchange(t);
-      lower += exchange(kFusedTileKeys + t);
-      upper += exchange(2 * kFusedTileKeys + t);
-      const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
-      if (key < p.tokens) p.column_partials[block_head * p.tokens + key] = column;
-      float* diagonals = p.diagonal_partials + (block_head * p.key_tiles + key_tile) * kTileDiagonals;
-      diagonals[t + kFusedTileKeys - 1] = upper;
-      if (t > 0) diagonals[t - 1] = lower;
-    }
+    cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // walked: the rows may be restaged
+    // Every tile diagonal gets a value from each half (0 where the half's rows do not reach it).
+    const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
+    if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column;
+    float* diagonals = p.diagonal_partials + (block_half * p.key_tiles + key_tile) * kTileDiagonals;
+    diagonals[t + kFusedTileKeys - 1] = upper;
+    if (t > 0) diagonals[t - 1] = lower;
   });
 }
 
@@ -331,14 +323,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #endif
 }
 
-// columns[h, key] = weight x (the block partials of (h, key), blocks ascending).
-__global__ void column_finish_kernel(const float* __restrict__ partials, int heads, int blocks, int64_t tokens,
+// columns[h, key] = weight x (the partials of (h, key): row blocks ascending, each block's halves in order).
+__global__ void column_finish_kernel(const float* __restrict__ partials, int heads, int parts, int64_t tokens,
                                      float weight, float* __restrict__ columns) {
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= int64_t(heads) * tokens) return;
   const int64_t head = item / tokens, key = item % tokens;
   float sum = 0;
-  for (int b = 0; b < blocks; ++b) sum += partials[(head * blocks + b) * tokens + key];
+  for (int part = 0; part < parts; ++part) sum += partials[(head * parts + part) * tokens + key];
   columns[item] = weight * sum;
 }
 
@@ -396,7 +388,8 @@ void launch_probability_sums_sm90(const FusedScoringSm90Params& params, cudaStre
   constexpr int kFinishThreads = 256;
   const int64_t items = int64_t(params.launch_heads) * params.tokens;
   column_finish_kernel<<<unsigned((items + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0, stream>>>(
-      params.column_partials, params.launch_heads, params.blocks.count, params.tokens, params.weight, params.columns);
+      params.column_partials, params.launch_heads, params.blocks.count * kFusedSumsHalves, params.tokens,
+      params.weight, params.columns);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
