@@ -731,9 +731,11 @@ constexpr bool kFusedScoringOnWgmma = false;
 #endif
 
 /// Both passes on wgmma (fused_scoring_sm90.h) where they are built, enabled (-DWA_MASKS_SM90_FUSED_SCORING=ON)
-/// and apply: an sm_90 device and K rows TMA can address (16-byte aligned, k_vectors).
+/// and apply: an sm_90 device, K rows TMA can address (16-byte aligned, k_vectors), and at least one full TMA
+/// box of rows and of keys (shorter inputs take the mma.sync passes: nothing to gain there).
 bool fused_scoring_on_wgmma(const TileParams& params, int device) {
   if (!kFusedScoringOnWgmma || !params.k_vectors) return false;
+  if (params.count < kFusedTileRows || params.tokens < kFusedTileKeys) return false;
   int major = 0, minor = 0;
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
