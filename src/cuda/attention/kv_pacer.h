@@ -5,7 +5,9 @@
 // docs/kernel.md). The pacer bounds the drift: every 32 blocks a producer publishes how many blocks it has
 // issued since the launch and, before issuing more, waits (nanosleep) while it is more than the window
 // ahead of the slowest CTA still working. The slowest CTA never waits, and a CTA that has no work left
-// publishes UINT32_MAX, so every CTA keeps moving. Not measured yet.
+// publishes UINT32_MAX, so every CTA keeps moving. It assumes every CTA of the grid is resident from the start
+// (the persistent grid is sized so): on a GPU shared with concurrent kernels a CTA could wait for one that
+// cannot start until it exits, hence a measurement option, not a default. Not measured yet.
 //
 // The progress counters live in the workspace behind the ticket: uint32 [kKvPacerCtas] at kKvPacerOffset,
 // zeroed with the ticket before the launch. Plain C++: the dispatch and the kernel share it.
