@@ -5,9 +5,9 @@
 // docs/kernel.md). The pacer bounds the drift: every 32 blocks a producer publishes how many blocks it has
 // issued since the launch and, before issuing more, waits (nanosleep) while it is more than the window
 // ahead of the slowest CTA still working. The slowest CTA never waits, and a CTA that has no work left
-// publishes UINT32_MAX, so every CTA keeps moving. It assumes every CTA of the grid is resident from the start
-// (the persistent grid is sized so): on a GPU shared with concurrent kernels a CTA could wait for one that
-// cannot start until it exits, hence a measurement option, not a default. Not measured yet.
+// publishes UINT32_MAX, so every CTA keeps moving. The persistent grid is sized to be resident at once, but on
+// a GPU shared with concurrent kernels a CTA might wait for one that cannot start until it exits: so a wait
+// gives up after kKvPacerMaxSpins sleeps (~1 ms), a slowdown in that case, never a hang. Not measured yet.
 //
 // The progress counters live in the workspace behind the ticket: uint32 [kKvPacerCtas] at kKvPacerOffset,
 // zeroed with the ticket before the launch. Plain C++: the dispatch and the kernel share it.
@@ -27,6 +27,7 @@ namespace wavealign::cuda::detail {
 constexpr int kKvPacerWindow = WA_SM90_KV_PACER;
 static_assert(kKvPacerWindow >= 0, "WA_SM90_KV_PACER is a window in blocks, >= 0");
 constexpr bool kKvPacer = kKvPacerWindow > 0;
+constexpr int kKvPacerMaxSpins = 4096;  // x 256 ns of __nanosleep: ~1 ms, ~500 blocks' time, per batch at most
 constexpr int kKvPacerCtas = 288;  // the grid's CTAs it paces (the H200's 132 x 2 and a margin); more: unpaced
 constexpr size_t kKvPacerOffset = 16;
 constexpr size_t kKvPacerBytes = kKvPacer ? sizeof(uint32_t) * kKvPacerCtas : 0;  // a multiple of 16
@@ -51,7 +52,7 @@ struct KvPacer {
     if (!paced()) return;
     uint32_t* progress = counters(workspace);
     if (lane == 0) store(progress + blockIdx.x, issued);
-    for (;;) {
+    for (int spin = 0; spin < kKvPacerMaxSpins; ++spin) {
       uint32_t slowest = UINT32_MAX;
       for (unsigned c = lane; c < gridDim.x; c += 32) slowest = min(slowest, load(progress + c));
       slowest = __reduce_min_sync(0xffffffffu, slowest);
