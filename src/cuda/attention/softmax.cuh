@@ -41,6 +41,13 @@ __host__ __device__ constexpr int frag_index(int h, int j) { return (j & 1) + 2 
 /// Column (within the tile) of column slot j for quad lane t.
 __host__ __device__ constexpr int frag_column(int j, int t) { return 8 * (j >> 1) + 2 * t + (j & 1); }
 
+/// Row (within the tile) of row half 0 of consumer thread tid's wgmma fragment: warpgroup w owns rows 64 w ..,
+/// its warp k rows 16 k .., lane l rows l / 4 and l / 4 + 8 of those (row half 1 is 8 below).
+__host__ __device__ constexpr int frag_row(int tid) {
+  const unsigned u = unsigned(tid);  // tid >= 0: unsigned division is shifts and masks only
+  return int(64 * (u / 128) + 16 * ((u % 128) / 32) + (u % 32) / 4);
+}
+
 /// Sets scores of columns at or past `valid_columns` to -inf (the keys past the sequence end in the partial
 /// last KV block). frag(i) is the fragment accessor.
 template <int kCols, class Frag>

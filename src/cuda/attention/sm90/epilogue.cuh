@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/attention/params.h"
+#include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
 #include "cuda/attention/work_item.cuh"
 
@@ -23,12 +24,8 @@ struct Epilogue {
   template <class TensorO>
   __device__ static void store(const AttentionParams& p, const WorkRecord& record, TensorO const& o,
                                const float (&inv)[2], const float (&lse)[2], int tid) {
-    const int warpgroup = tid / 128;
-    const int warp = (tid % 128) / 32;
-    const int lane = tid % 32;
-    const int g = lane >> 2;
-    const int t = lane & 3;
-    const int first_token = record.q_block * Traits::kBlockM + warpgroup * 64 + warp * 16 + g;
+    const int t = tid & 3;
+    const int first_token = record.q_block * Traits::kBlockM + frag_row(tid);
     Element* out = static_cast<Element*>(p.o) + entry_offset(p, record.head, p.o_batch_stride);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -42,6 +42,7 @@ namespace {
 namespace sm90 = ::wavealign::cuda::detail::sm90;
 using ::wavealign::cuda::detail::fast_exp2;
 using ::wavealign::cuda::detail::frag_index;
+using ::wavealign::cuda::detail::frag_row;
 using ::wavealign::cuda::detail::mask_columns;
 using ::wavealign::cuda::detail::quad_max;
 using ::wavealign::cuda::detail::quad_sum;
@@ -194,17 +195,12 @@ __device__ __forceinline__ void score_tiles(const FusedScoringSm90Params& p, Sto
   }
 }
 
-/// Row (of the block) of a consumer thread's fragment half 0 (softmax.cuh's view); half 1 is 8 below.
-__device__ __forceinline__ int fragment_row(int tid) {
-  return 64 * (tid / 128) + 16 * ((tid % 128) / 32) + (tid % 32) / 4;
-}
-
 /// Pass 1's epilogue: per row, the tile's max (the raw maximum scaled once: scale_log2 > 0, so it is the
 /// maximum of the rounded x2) and the sum of exp2(fma(score, scale_log2, -max)), quad-reduced.
 template <class Traits, class Storage>
 __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Storage& storage, int first_tile, int tiles,
                                           int tid) {
-  const int row = fragment_row(tid), quad_lane = tid & 3;
+  const int row = frag_row(tid), quad_lane = tid & 3;
   const FusedRowBlock& block = p.blocks.block[blockIdx.x];
   const int64_t head_parts = int64_t(blockIdx.z) * p.key_tiles;
   score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int tile, auto& frag) {
@@ -233,7 +229,7 @@ __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Stora
 template <class Traits, class Storage>
 __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p, Storage& storage, int first_tile,
                                                  int tiles, int tid) {
-  const int row = fragment_row(tid), quad_lane = tid & 3;
+  const int row = frag_row(tid), quad_lane = tid & 3;
   const FusedRowBlock& block = p.blocks.block[blockIdx.x];
   const int head = blockIdx.z;
   // Rows past the block's valid rows (real rows of the next block, whose exp2 could overflow to inf, and
