@@ -15,7 +15,7 @@
 // registers: 207 / 241 registers, pass 2 192 KB of shared memory) held one CTA per SM and ran at 123 / 57
 // TF/s on the H200 (ncu, 8 heads x 512 rows x 363,600 keys, d = 128), likely for want of warps: 8 lock-stepped
 // warps per SM whose product, exp2 and shared-memory phases did not overlap, and every CTA's K-tile load
-// exposed. Now (not yet measured):
+// exposed. Now (measured in docs/methods.md):
 //   - a step scores 64 rows of a row block against the item's 128 keys: 8 warps as 2 row halves (32 rows) x
 //     4 key quarters (32 keys), so a warp holds 32 accumulators next to its quarter's B fragments (d / 16
 //     k-steps x 4 n-tiles x 2 = 64 registers at d = 128) and __launch_bounds__(256, 2) fits (<= 128
@@ -722,7 +722,7 @@ void launch_pass(const TileParams& params, int shared_limit, cudaStream_t stream
 }
 
 #ifndef WA_MASKS_SM90_FUSED_SCORING
-#define WA_MASKS_SM90_FUSED_SCORING 0
+#define WA_MASKS_SM90_FUSED_SCORING 1
 #endif
 #if defined(WAVEALIGN_HAS_SM90_KERNELS)
 constexpr bool kFusedScoringOnWgmma = WA_MASKS_SM90_FUSED_SCORING != 0;
@@ -730,8 +730,8 @@ constexpr bool kFusedScoringOnWgmma = WA_MASKS_SM90_FUSED_SCORING != 0;
 constexpr bool kFusedScoringOnWgmma = false;
 #endif
 
-/// Both passes on wgmma (fused_scoring_sm90.h) where they are built, enabled (-DWA_MASKS_SM90_FUSED_SCORING=ON)
-/// and apply: an sm_90 device, K rows TMA can address (16-byte aligned, k_vectors), and at least one full TMA
+/// Both passes on wgmma (fused_scoring_sm90.h) where they are built, enabled (WA_MASKS_SM90_FUSED_SCORING, on by
+/// default) and apply: an sm_90 device, K rows TMA can address (16-byte aligned, k_vectors), and at least one full TMA
 /// box of rows and of keys (shorter inputs take the mma.sync passes: nothing to gain there).
 bool fused_scoring_on_wgmma(const TileParams& params, int device) {
   if (!kFusedScoringOnWgmma || !params.k_vectors) return false;

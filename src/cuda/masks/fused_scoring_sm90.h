@@ -2,9 +2,9 @@
 // fused_scores.cu's mma.sync passes write, so the same merges follow: pass 1 the per-(gathered row, 128-key
 // tile) max of x2 = log2(e) scale q.k and sum of exp2(x2 - max) (row_stats_finish_kernel merges them); pass 2,
 // from the merged row statistics, p = exp2(x2 - row max) / row sum summed per column and per tile diagonal, per
-// half row block (the column halves are added over the blocks here, the diagonal ones by diagonal_finish_kernel). Built with the
-// sm_90a kernels and used only when configured with -DWA_MASKS_SM90_FUSED_SCORING=ON (fused_scores.cu), until its
-// GPU tests have run. Plain C++: the dispatch TU includes it without CuTe.
+// half row block (the column halves are added over the blocks here, the diagonal ones by
+// diagonal_finish_kernel). Built with the sm_90a kernels and used on sm_90 unless configured with
+// -DWA_MASKS_SM90_FUSED_SCORING=OFF (fused_scores.cu). Plain C++: the dispatch TU includes it without CuTe.
 #pragma once
 
 #include <cuda_runtime.h>

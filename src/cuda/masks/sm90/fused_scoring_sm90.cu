@@ -2,10 +2,8 @@
 // 1.98 and 2.66 ms per 8 heads x 512 rows x 363,600 keys at d = 128 on the H200 (ncu), ~4,900 and ~6,100 SM
 // cycles per 128 x 128 x 128 tile, issue-bound: their 64 HMMAs and 16 ldmatrix per warp and step compete with
 // the exp2s for the issue slots. Here one wgmma batch per consumer warpgroup scores 64 rows x 128 keys with both
-// operands in shared memory, and the next tile's batch runs while this tile's epilogue does, so the tensor
-// cores (~1,000 cycles per tile) overlap the MUFU exp2s (16,384 per tile at 16 per cycle, ~1,000). Predicted:
-// pass 1 ~1,300-1,500 cycles per tile (~0.6 ms per 8 heads), pass 2 ~2,500-3,000 (its probability tile's
-// 16,384 stores and two walks over it, ~1,500 cycles of shared memory); not yet measured.
+// operands in shared memory; the two consumer warpgroups run independently, so one's batch (~500 cycles of the
+// tensor cores) runs while the other's epilogue does its MUFU exp2s (16,384 per tile at 16 per cycle, ~1,000).
 //
 // Pass 2's sums, in a fixed order (the same bits on every run): p goes to a 128 x 136 fp32 tile (stride 8 mod
 // 32 banks: conflict-free float2 stores, as in fused_scores.cu); thread t of consumer warpgroup h then walks
@@ -56,6 +54,7 @@ constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
 constexpr uint32_t kSumsBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup (0 is __syncthreads)
 constexpr int kWarpgroupThreads = 128;
+constexpr int kChains = 4;  // independent accumulation chains per row in pass 1, per walk in pass 2 (2)
 constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
 static_assert(kFusedSumsHalves * 64 == kFusedTileRows, "a half per consumer warpgroup, 64 rows each");
 
@@ -139,9 +138,12 @@ __device__ __forceinline__ void load_tiles(const FusedKernelParams<Traits>& para
   }
 }
 
-/// The consumers' walk over the chunk: tile i's wgmma batch, issued before tile i - 1's epilogue, into one of
-/// two accumulator sets; epilogue(i, tile, frag) runs once tile i's scores are complete and its K stage is free
-/// again (keys past the sequence already -inf).
+/// The consumers' walk over the chunk: per tile, the wgmma batch, its wait, then epilogue(tile, frag) (keys
+/// past the sequence already -inf) while the other consumer warpgroup's batch runs on the tensor cores.
+/// One accumulator set and a full wait per tile: with two sets, the next tile's batch issued before this
+/// tile's epilogue and a wait<1> (a batch still pending across the loop's back edge), ptxas serialized every
+/// wgmma of the kernel (C7514 / C7515: a wait after each of the 8 k-steps of a batch), which measured 1.79 and
+/// 2.36 ms per 8 heads for the two passes (ncu, 401 frames), no faster than mma.sync.
 template <class Traits, class Storage, class Epilogue>
 __device__ __forceinline__ void score_tiles(const FusedScoringSm90Params& p, Storage& storage, int first_tile,
                                             int tiles, int tid, Epilogue&& epilogue) {
@@ -153,45 +155,23 @@ __device__ __forceinline__ void score_tiles(const FusedScoringSm90Params& p, Sto
   Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
   Tensor tSrQ = thread_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
   Tensor tSrK = thread_mma.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, stage)
-  Tensor even = partition_fragment_C(mma, Shape<Int<kFusedTileRows>, Int<kFusedTileKeys>>{});
-  Tensor odd = make_fragment_like(even);
+  Tensor scores = partition_fragment_C(mma, Shape<Int<kFusedTileRows>, Int<kFusedTileKeys>>{});
+  sm90::TensorFrag<decltype(scores)> frag{scores};
   const int lane = tid % 32;
   const int valid_in_last = int(p.tokens - int64_t(p.key_tiles - 1) * kFusedTileKeys);
 
-  auto issue = [&](int i, auto& scores) {
+  sm90::Barrier::wait(&storage.q_full, 0);
+  for (int i = 0; i < tiles; ++i) {
     const int stage = i % kStages;
     sm90::Barrier::wait(&storage.k_full[stage], (i / kStages) & 1);
     sm90::gemm_async<true>(mma, tSrQ, tSrK(_, _, _, stage), scores);
-  };
-  auto finish = [&](int i, auto& scores) {
+    warpgroup_wait<0>();
     warpgroup_fence_operand(scores);
-    sm90::release_stage(&storage.k_empty[i % kStages], lane);
+    sm90::release_stage(&storage.k_empty[stage], lane);
     const int tile = first_tile + i;
-    sm90::TensorFrag<std::remove_reference_t<decltype(scores)>> frag{scores};
     if (tile == p.key_tiles - 1 && valid_in_last < kFusedTileKeys)
       mask_columns<kFusedTileKeys>(frag, valid_in_last, lane & 3);
     epilogue(tile, frag);
-  };
-
-  sm90::Barrier::wait(&storage.q_full, 0);
-  issue(0, even);
-  for (int i = 0; i < tiles; i += 2) {
-    if (i + 1 < tiles) {
-      issue(i + 1, odd);
-      warpgroup_wait<1>();  // tile i's batch is done; tile i + 1's may still run
-    } else {
-      warpgroup_wait<0>();
-    }
-    finish(i, even);
-    if (i + 1 < tiles) {
-      if (i + 2 < tiles) {
-        issue(i + 2, even);
-        warpgroup_wait<1>();
-      } else {
-        warpgroup_wait<0>();
-      }
-      finish(i + 1, odd);
-    }
   }
 }
 
@@ -206,14 +186,26 @@ __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Stora
   score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int tile, auto& frag) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float top = -INFINITY;
+      // kChains independent max and sum chains per row (2 consumer warps per scheduler hide little latency):
+      // ncu's "wait" stall per issued instruction 2.10 -> 1.83, the pass's time unchanged (1.31 ms per 8
+      // heads), which its wgmma waits (~21 % of the stall samples) and MUFU bound.
+      float tops[kChains];
 #pragma unroll
-      for (int j = 0; j < kFusedTileKeys / 4; ++j) top = fmaxf(top, frag(frag_index(h, j)));
+      for (int c = 0; c < kChains; ++c) tops[c] = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kFusedTileKeys / 4; ++j) tops[j % kChains] = fmaxf(tops[j % kChains], frag(frag_index(h, j)));
+      float top = tops[0];
+#pragma unroll
+      for (int c = 1; c < kChains; ++c) top = fmaxf(top, tops[c]);
       top = __fmul_rn(quad_max(top), p.scale_log2);
       const float shift = top == -INFINITY ? 0.0f : top;
-      float sum = 0;
+      float sums[kChains] = {};
 #pragma unroll
-      for (int j = 0; j < kFusedTileKeys / 4; ++j) sum += fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift));
+      for (int j = 0; j < kFusedTileKeys / 4; ++j)
+        sums[j % kChains] += fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift));
+      float sum = sums[0];
+#pragma unroll
+      for (int c = 1; c < kChains; ++c) sum += sums[c];
       sum = quad_sum(sum);
       const int r = row + 8 * h;
       if (quad_lane == 0 && r < block.rows) {
@@ -260,25 +252,26 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
       }
     }
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // the half's rows are staged
-    float column = 0, lower = 0, upper = 0;
+    // Two chains per sum (even and odd rows), for the same reason as pass 1's kChains.
+    float column[2] = {}, lower[2] = {}, upper[2] = {};
 #pragma unroll 8
     for (int r = 64 * half; r < 64 * half + 64; ++r) {
       const float* line = tile + r * kProbabilityStride;
-      column += line[t];
+      column[r & 1] += line[t];
       const float x = line[(r - t) & (kFusedTileKeys - 1)];
       if (r >= t) {
-        upper += x;  // tile diagonal t + 127
+        upper[r & 1] += x;  // tile diagonal t + 127
       } else {
-        lower += x;  // tile diagonal t - 1
+        lower[r & 1] += x;  // tile diagonal t - 1
       }
     }
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // walked: the rows may be restaged
     // Every tile diagonal gets a value from each half (0 where the half's rows do not reach it).
     const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
-    if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column;
+    if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column[0] + column[1];
     float* diagonals = p.diagonal_partials + (block_half * p.key_tiles + key_tile) * kTileDiagonals;
-    diagonals[t + kFusedTileKeys - 1] = upper;
-    if (t > 0) diagonals[t - 1] = lower;
+    diagonals[t + kFusedTileKeys - 1] = upper[0] + upper[1];
+    if (t > 0) diagonals[t - 1] = lower[0] + lower[1];
   });
 }
 
