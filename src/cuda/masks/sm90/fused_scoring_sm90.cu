@@ -48,7 +48,15 @@ using ::wavealign::cuda::detail::quad_sum;
 // 128 tiles (16,384 keys) per CTA: 23 chunks at 363,600 tokens, 4 x 23 x 23 = 2,116 CTAs for 23 heads; the
 // CTA's setup (barriers, Q, the first key tile) is ~1 % of its ~180,000 cycles.
 constexpr int kTilesPerChunk = 128;
-constexpr int kRowPartsStages = 4;  // pass 1: Q 32 KB + 4 x 32 KB of K at d = 128 (no V here)
+// Pass 1, one CTA per SM (the default): Q 32 KB + 4 x 32 KB of K at d = 128 (no V here); ncu measured it
+// latency-bound (31 % of issue slots busy, 2 consumer warps per scheduler). WA_MASKS_SM90_ROW_PARTS_TWO_CTAS:
+// two CTAs per SM with 2 stages each (2 x 97 KB), 4 consumer warps per scheduler at 91 registers; not yet
+// run on a GPU.
+#ifndef WA_MASKS_SM90_ROW_PARTS_TWO_CTAS
+#define WA_MASKS_SM90_ROW_PARTS_TWO_CTAS 0
+#endif
+constexpr int kRowPartsCtasPerSm = WA_MASKS_SM90_ROW_PARTS_TWO_CTAS ? 2 : 1;
+constexpr int kRowPartsStages = kRowPartsCtasPerSm == 2 ? 2 : 4;
 constexpr int kSumsStages = 3;      // pass 2: + the 68 KB probability tile, 197 KB in all
 constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
@@ -58,13 +66,19 @@ constexpr int kChains = 4;  // independent accumulation chains per row in pass 1
 constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
 static_assert(kFusedSumsHalves * 64 == kFusedTileRows, "a half per consumer warpgroup, 64 rows each");
 
-template <ElementType kType, int kHeadDim, int kStages_>
+template <ElementType kType, int kHeadDim, int kStages_, int kCtasPerSm_>
 struct FusedTraits {
   using Base = sm90::KernelTraits<kType, kHeadDim, kFusedTileRows, kFusedTileKeys>;
   using Element = typename Base::Element;
   static constexpr int kStages = kStages_;
-  static constexpr int kThreads = Base::kThreads;  // 128 producer + 2 x 128 consumer threads
+  static constexpr int kCtasPerSm = kCtasPerSm_;
   static_assert(Base::kConsumerThreads == kConsumerThreads, "two consumer warpgroups");
+  // One CTA per SM: the attention kernel's producer warpgroup (threads 0-127, setmaxnreg 40) and 2 consumer
+  // warpgroups (232). Two CTAs per SM: a producer warp after the consumers (threads 256-287) and no
+  // setmaxnreg (it needs whole warpgroups), so every thread gets 65536 / (2 x 288) = 112 registers; at 2 x 384
+  // threads the 80 left per thread cannot hold a 64 x 128 wgmma's 64 accumulators (ptxas C7602).
+  static constexpr bool kProducerWarp = kCtasPerSm == 2;
+  static constexpr int kThreads = kProducerWarp ? kConsumerThreads + 32 : Base::kThreads;
   using TiledMma = typename Base::TiledMmaQK;
   using SmemLayoutQ = typename Base::SmemLayoutQ;
   using SmemLayoutK = decltype(cute::tile_to_shape(
@@ -276,7 +290,7 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
 }
 
 template <class Traits, bool kSums>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     fused_kernel(const __grid_constant__ FusedKernelParams<Traits> params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Storage = FusedStorage<Traits, kSums>;
@@ -296,13 +310,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  if (threadIdx.x < 128) {
+  // Every TMA load issued by the producer thread is waited for by the consumers, so the CTA outlives them.
+  if constexpr (Traits::kProducerWarp) {
+    if (threadIdx.x >= kConsumerThreads) {
+      if (threadIdx.x == kConsumerThreads) load_tiles(params, storage, first_tile, tiles);
+      return;
+    }
+  } else if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::Base::kProducerRegisters>();
-    // Every TMA load issued here is waited for by the consumers, so the CTA outlives them.
     if (threadIdx.x == 0) load_tiles(params, storage, first_tile, tiles);
-  } else {
-    cutlass::arch::warpgroup_reg_alloc<Traits::Base::kConsumerRegisters>();
-    const int tid = int(threadIdx.x) - 128;
+    return;
+  }
+  {
+    if constexpr (!Traits::kProducerWarp) cutlass::arch::warpgroup_reg_alloc<Traits::Base::kConsumerRegisters>();
+    const int tid = int(threadIdx.x) - (Traits::kProducerWarp ? 0 : 128);
     if constexpr (kSums) {
       probability_sums<Traits>(params.base, storage, first_tile, tiles, tid);
     } else {
@@ -323,10 +344,10 @@ __global__ void column_finish_kernel(const float* __restrict__ partials, int hea
   columns[item] = weight * sum;
 }
 
-template <ElementType kType, int kHeadDim, int kStages, bool kSums>
+template <ElementType kType, int kHeadDim, int kStages, int kCtasPerSm, bool kSums>
 void launch(const FusedScoringSm90Params& p, cudaStream_t stream) {
   using namespace cute;
-  using Traits = FusedTraits<kType, kHeadDim, kStages>;
+  using Traits = FusedTraits<kType, kHeadDim, kStages, kCtasPerSm>;
   using Element = typename Traits::Element;
   FusedKernelParams<Traits> kernel_params{p, {}, {}};
   const int64_t head_elements = int64_t(p.count) * kHeadDim;
@@ -350,7 +371,7 @@ void launch(const FusedScoringSm90Params& p, cudaStream_t stream) {
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int kStages, bool kSums>
+template <int kStages, int kCtasPerSm, bool kSums>
 void launch_pass(const FusedScoringSm90Params& params, cudaStream_t stream) {
   WA_CHECK(params.head_dim == 64 || params.head_dim == 128, "the sm90 fused scoring takes head_dim 64 or 128, not ",
            params.head_dim);
@@ -358,22 +379,22 @@ void launch_pass(const FusedScoringSm90Params& params, cudaStream_t stream) {
            "the sm90 fused scoring needs rows, keys and heads");
   const bool bf16 = params.element_type == ElementType::kBf16;
   if (params.head_dim == 64) {
-    bf16 ? launch<ElementType::kBf16, 64, kStages, kSums>(params, stream)
-         : launch<ElementType::kFp16, 64, kStages, kSums>(params, stream);
+    bf16 ? launch<ElementType::kBf16, 64, kStages, kCtasPerSm, kSums>(params, stream)
+         : launch<ElementType::kFp16, 64, kStages, kCtasPerSm, kSums>(params, stream);
   } else {
-    bf16 ? launch<ElementType::kBf16, 128, kStages, kSums>(params, stream)
-         : launch<ElementType::kFp16, 128, kStages, kSums>(params, stream);
+    bf16 ? launch<ElementType::kBf16, 128, kStages, kCtasPerSm, kSums>(params, stream)
+         : launch<ElementType::kFp16, 128, kStages, kCtasPerSm, kSums>(params, stream);
   }
 }
 
 }  // namespace
 
 void launch_row_parts_sm90(const FusedScoringSm90Params& params, cudaStream_t stream) {
-  launch_pass<kRowPartsStages, false>(params, stream);
+  launch_pass<kRowPartsStages, kRowPartsCtasPerSm, false>(params, stream);
 }
 
 void launch_probability_sums_sm90(const FusedScoringSm90Params& params, cudaStream_t stream) {
-  launch_pass<kSumsStages, true>(params, stream);
+  launch_pass<kSumsStages, 1, true>(params, stream);
   constexpr int kFinishThreads = 256;
   const int64_t items = int64_t(params.launch_heads) * params.tokens;
   column_finish_kernel<<<unsigned((items + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0, stream>>>(
