@@ -24,9 +24,19 @@ CASE_FIELDS = ("variant", "flags", "round", "mode", "mask", "order", "tokens", "
                "density", "ms", "tflops", "sm_clock_mhz", "power_w", "power_capped")
 COMMAND = ("bench/gpu/run_kernel_variants.sh: wa_bench_attention --model wan2.1-14b --frames 401 --heads 4 "
            "{--mask video --density 0.28 --order wavealign | --mask random --density 0.2 --order wavealign | --dense | "
-           "--mask video --density 0.28 --order original} "
+           "--mask video --density 0.28 --order original{full}} "
            "--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json, and in round 1 --heads 8 --tokens 32768 --dense "
            "{--head-dim 64 | --block 64}; one build per variant, rounds in rotated variant order, one machine")
+
+
+# The full mask through the sparse path, a fifth case where run_kernel_variants.sh had WA_VARIANT_FULL_MASK=1.
+FULL_MASK_CASE = " | --mask random --density 1.0 --order original"
+
+
+def command_of(runs):
+    """COMMAND with the cases the runs hold: the full-mask case only where it was run."""
+    full = any(r.get("mode") != "dense" and r.get("mask") == "random" and r.get("density") == 1.0 for r in runs)
+    return COMMAND.replace("{full}", FULL_MASK_CASE if full else "")
 
 
 def file_name(variant):
@@ -142,7 +152,7 @@ def main(argv=None):
             print(f"{variant:26s} {label:28s} {v['instructions_per_block']:8.0f} {v['active_threads']:6.2f} / "
                   f"{v['predicated_on_threads']:5.2f} {v['sm_cycles_per_block']:8.0f}{memory}")
     run = {"device": "NVIDIA H200", "commit": args.commit, "date": datetime.date.today().isoformat(),
-           "command": COMMAND, "cases": [{k: r.get(k) for k in CASE_FIELDS} for r in runs]}
+           "command": command_of(runs), "cases": [{k: r.get(k) for k in CASE_FIELDS} for r in runs]}
     (args.logs / "run.json").write_text(json.dumps(run, indent=1) + "\n")
 
 

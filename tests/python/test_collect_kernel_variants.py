@@ -57,6 +57,14 @@ def test_summary_and_run_json(tmp_path, capsys):
     assert run["cases"][0]["variant"] == "default" and run["cases"][0]["round"] == 1
 
 
+def test_command_names_the_full_mask_case_only_where_it_ran():
+    sparse = json.loads(bench_line("default", 1, "sparse", 500.0))
+    full = dict(sparse, mask="random", density=1.0, order="original")
+    assert "--density 1.0" not in collect.command_of([sparse])
+    assert "--mask video --density 0.28 --order original} " in collect.command_of([sparse])
+    assert "--order original | --mask random --density 1.0 --order original} " in collect.command_of([sparse, full])
+
+
 def test_case_labels():
     run = json.loads(bench_line("default", 1, "dense", 600.0))
     assert collect.case_of(run) == "dense"
