@@ -197,7 +197,9 @@ constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
 // every row, 2 for rows that skip a block (full rows, as every row in dense mode, keep K_j, V_j). 0 by
 // default: on the H200, 1 is +2.0 %
 // (WaveAlign order) and +3.7 % (original order) on the video mask but -11 % in dense mode at 363,600 tokens,
-// whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %); 2 is not measured yet.
+// whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %); 2 is +5.7 % (original order),
+// +1.4 % / +0.3 % (WaveAlign order, video / random), -0.9 % dense and -3.0 % at d = 64 (one run), so not the
+// default either (docs/kernel.md, "K-ahead for partial rows and the pacer, measured").
 #ifndef WA_SM90_K_AHEAD
 #define WA_SM90_K_AHEAD 0
 #endif
