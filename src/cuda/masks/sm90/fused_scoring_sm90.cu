@@ -202,7 +202,7 @@ __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Stora
     for (int h = 0; h < 2; ++h) {
       // kChains independent max and sum chains per row (2 consumer warps per scheduler hide little latency):
       // ncu's "wait" stall per issued instruction 2.10 -> 1.83, the pass's time unchanged (1.31 ms per 8
-      // heads), which its wgmma waits (~21 % of the stall samples) and MUFU bound.
+      // heads): each warpgroup's wait for its own batch (~21 % of the stall samples) and the MUFU bound it.
       float tops[kChains];
 #pragma unroll
       for (int c = 0; c < kChains; ++c) tops[c] = -INFINITY;
