@@ -62,7 +62,6 @@ constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
 constexpr uint32_t kSumsBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup (0 is __syncthreads)
 constexpr int kWarpgroupThreads = 128;
-constexpr int kChains = 4;  // independent accumulation chains per row in pass 1, per walk in pass 2 (2)
 constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
 static_assert(kFusedSumsHalves * 64 == kFusedTileRows, "a half per consumer warpgroup, 64 rows each");
 
@@ -200,26 +199,14 @@ __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Stora
   score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int tile, auto& frag) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // kChains independent max and sum chains per row (2 consumer warps per scheduler hide little latency):
-      // ncu's "wait" stall per issued instruction 2.10 -> 1.83, the pass's time unchanged (1.31 ms per 8
-      // heads): each warpgroup's wait for its own batch (~21 % of the stall samples) and the MUFU bound it.
-      float tops[kChains];
+      float top = -INFINITY;
 #pragma unroll
-      for (int c = 0; c < kChains; ++c) tops[c] = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kFusedTileKeys / 4; ++j) tops[j % kChains] = fmaxf(tops[j % kChains], frag(frag_index(h, j)));
-      float top = tops[0];
-#pragma unroll
-      for (int c = 1; c < kChains; ++c) top = fmaxf(top, tops[c]);
+      for (int j = 0; j < kFusedTileKeys / 4; ++j) top = fmaxf(top, frag(frag_index(h, j)));
       top = __fmul_rn(quad_max(top), p.scale_log2);
       const float shift = top == -INFINITY ? 0.0f : top;
-      float sums[kChains] = {};
+      float sum = 0;
 #pragma unroll
-      for (int j = 0; j < kFusedTileKeys / 4; ++j)
-        sums[j % kChains] += fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift));
-      float sum = sums[0];
-#pragma unroll
-      for (int c = 1; c < kChains; ++c) sum += sums[c];
+      for (int j = 0; j < kFusedTileKeys / 4; ++j) sum += fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift));
       sum = quad_sum(sum);
       const int r = row + 8 * h;
       if (quad_lane == 0 && r < block.rows) {
@@ -266,26 +253,25 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
       }
     }
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // the half's rows are staged
-    // Two chains per sum (even and odd rows), for the same reason as pass 1's kChains.
-    float column[2] = {}, lower[2] = {}, upper[2] = {};
+    float column = 0, lower = 0, upper = 0;
 #pragma unroll 8
     for (int r = 64 * half; r < 64 * half + 64; ++r) {
       const float* line = tile + r * kProbabilityStride;
-      column[r & 1] += line[t];
+      column += line[t];
       const float x = line[(r - t) & (kFusedTileKeys - 1)];
       if (r >= t) {
-        upper[r & 1] += x;  // tile diagonal t + 127
+        upper += x;  // tile diagonal t + 127
       } else {
-        lower[r & 1] += x;  // tile diagonal t - 1
+        lower += x;  // tile diagonal t - 1
       }
     }
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // walked: the rows may be restaged
     // Every tile diagonal gets a value from each half (0 where the half's rows do not reach it).
     const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
-    if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column[0] + column[1];
+    if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column;
     float* diagonals = p.diagonal_partials + (block_half * p.key_tiles + key_tile) * kTileDiagonals;
-    diagonals[t + kFusedTileKeys - 1] = upper[0] + upper[1];
-    if (t > 0) diagonals[t - 1] = lower[0] + lower[1];
+    diagonals[t + kFusedTileKeys - 1] = upper;
+    if (t > 0) diagonals[t - 1] = lower;
   });
 }
 
