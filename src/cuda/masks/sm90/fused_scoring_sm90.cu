@@ -5,22 +5,28 @@
 // operands in shared memory; the two consumer warpgroups run independently, so one's batch (~500 cycles of the
 // tensor cores) runs while the other's epilogue does its MUFU exp2s (16,384 per tile at 16 per cycle, ~1,000).
 //
-// Pass 2's sums, in a fixed order (the same bits on every run): p goes to a 128 x 136 fp32 tile (stride 8 mod
-// 32 banks: conflict-free float2 stores, as in fused_scores.cu); thread t of consumer warpgroup h then walks
-// its warpgroup's rows 64 h .. 64 h + 63 of column t and of wrapped diagonal t, the elements at column
-// (row - t) mod 128, which are tile diagonal t + 127 (delta = row - column = t) where row >= t and t - 1 where
-// row < t; at each row the 128 threads read one row's 128 columns, so neither walk has bank conflicts. Each
-// warpgroup syncs only itself (named barriers 1 and 2) and writes its half's column and diagonal partials, so
-// one's exp2s (MUFU) run while the other walks (shared memory); the finishing kernels add the two halves.
+// Pass 2's sums, in a fixed order (the same bits on every run), over a warpgroup's 64 rows taken as 32 pairs
+// (row, row + 8), the two rows a thread holds: it stages per pair one line of column sums p[row][c] +
+// p[row + 8][c] and one line of diagonal sums p[row][c] + p[row + 8][c + 8] (the same tile diagonal; the
+// upper row alone at c >= 120, the lower row's columns 0 .. 7 to a small "wrapped" array), 136 floats a line
+// (stride 8 mod 32 banks: conflict-free float2 stores). Thread t of consumer warpgroup h then walks the 32
+// lines of column t and of wrapped diagonal t, the entries at column (top - t) mod 128 of the line whose upper
+// row is `top`: tile diagonal t + 127 (delta = row - column = t) where top >= t and t - 1 where top < t, plus,
+// for the lines with top < t <= top + 8, the lower row's wrapped entry, which is on diagonal t + 127. At each
+// line the 128 threads read its 128 entries, so neither walk has bank conflicts. Against staging all 64 rows
+// and walking each twice, the walk reads half as much (72 loads a thread and tile instead of 128): ncu per 8
+// heads at 401 frames 2.09 -> 1.82 ms. Each warpgroup syncs only itself (named barriers 1 and 2) and writes
+// its half's column and diagonal partials, so one's exp2s (MUFU) run while the other walks (shared memory);
+// the finishing kernels add the two halves.
 //
-// CTA = the attention kernel's warp roles (kernel_traits.cuh): warpgroup 0's thread 0 loads, by TMA, the row
-// block's Q rows once and the chunk's key tiles into a ring (4 stages in pass 1, 3 next to pass 2's tile);
-// warpgroups 1 and 2 each own 64 rows. Grid (row block, chunk of kTilesPerChunk key tiles, launch head), row
-// blocks fastest, so the row blocks of one head read each key tile from L2 at about the same time. Pass 1 per
-// (row, tile): the max over the tile's 128 scores (the 4 lanes of a quad hold a row, 32 scores each), then the
-// sum of exp2(fma(score, scale_log2, -max)), in a fixed order. Rows past a block's valid rows (the next block's
-// rows in the gathered buffer, or TMA's zero fill) are scored but not written (pass 1) or give p = 0 (pass 2);
-// keys past the sequence (the last tile) are -inf.
+// CTA = the attention kernel's warp roles (kernel_traits.cuh): one producer thread loads, by TMA, the row
+// block's Q rows once and the chunk's key tiles into a ring (2 stages in pass 1 at two CTAs per SM, 3 next to
+// pass 2's lines); the two consumer warpgroups each own 64 rows. Grid (row block, chunk of kTilesPerChunk key
+// tiles, launch head), row blocks fastest, so the row blocks of one head read each key tile from L2 at about
+// the same time. Pass 1 per (row, tile): the max over the tile's 128 scores (the 4 lanes of a quad hold a row,
+// 32 scores each), then the sum of exp2(fma(score, scale_log2, -max)), in a fixed order. Rows past a block's
+// valid rows (the next block's rows in the gathered buffer, or TMA's zero fill) are scored but not written
+// (pass 1) or give p = 0 (pass 2); keys past the sequence (the last tile) are -inf.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -48,18 +54,21 @@ using ::wavealign::cuda::detail::quad_sum;
 // 128 tiles (16,384 keys) per CTA: 23 chunks at 363,600 tokens, 4 x 23 x 23 = 2,116 CTAs for 23 heads; the
 // CTA's setup (barriers, Q, the first key tile) is ~1 % of its ~180,000 cycles.
 constexpr int kTilesPerChunk = 128;
-// Pass 1, one CTA per SM (the default): Q 32 KB + 4 x 32 KB of K at d = 128 (no V here); ncu measured it
-// latency-bound (31 % of issue slots busy, 2 consumer warps per scheduler). WA_MASKS_SM90_ROW_PARTS_TWO_CTAS:
-// two CTAs per SM with 2 stages each (2 x 97 KB), 4 consumer warps per scheduler at 91 registers; not yet
-// run on a GPU.
+// Pass 1 at one CTA per SM, Q 32 KB + 4 x 32 KB of K at d = 128 (no V here), measured latency-bound (ncu:
+// 31 % of issue slots busy, 2 consumer warps per scheduler, 1.31 ms per 8 heads at 401 frames).
+// WA_MASKS_SM90_ROW_PARTS_TWO_CTAS (the default): two CTAs per SM with 2 stages each (2 x 97 KB), 4 consumer
+// warps per scheduler at 91 registers: 1.14 ms.
 #ifndef WA_MASKS_SM90_ROW_PARTS_TWO_CTAS
-#define WA_MASKS_SM90_ROW_PARTS_TWO_CTAS 0
+#define WA_MASKS_SM90_ROW_PARTS_TWO_CTAS 1
 #endif
 constexpr int kRowPartsCtasPerSm = WA_MASKS_SM90_ROW_PARTS_TWO_CTAS ? 2 : 1;
 constexpr int kRowPartsStages = kRowPartsCtasPerSm == 2 ? 2 : 4;
-constexpr int kSumsStages = 3;      // pass 2: + the 68 KB probability tile, 197 KB in all
+constexpr int kSumsStages = 3;      // pass 2: + the 70 KB of paired lines, 200 KB in all
 constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
+constexpr int kPairLines = 32;  // a warpgroup's 64 rows as 32 pairs (row, row + 8)
+constexpr int kPairedFloats = 2 * kPairLines * kProbabilityStride;  // a warpgroup's column and diagonal lines
+constexpr int kWrappedStride = 9;  // odd: the wrapped parts' reads hit distinct banks
 constexpr uint32_t kSumsBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup (0 is __syncthreads)
 constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
@@ -96,7 +105,7 @@ struct FusedStorage {
   using Element = typename Traits::Element;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
-  float probabilities[kSums ? kFusedTileRows * kProbabilityStride : 1];
+  float probabilities[kSums ? kFusedSumsHalves * kPairedFloats + kFusedTileRows / 2 * kWrappedStride : 1];
   uint64_t q_full;
   uint64_t k_full[Traits::kStages];
   uint64_t k_empty[Traits::kStages];
@@ -235,43 +244,72 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
     shift[h] = r < block.rows ? p.row_max_log2[at] : INFINITY;
     inverse[h] = r < block.rows ? 1.0f / p.row_sum[at] : 0.0f;
   }
-  float* tile = storage.probabilities;
   // half = the warpgroup: it stages and walks its own 64 rows, so the two warpgroups never wait for each other
   // (one's exp2s overlap the other's walks) and each writes its own partials.
   const int t = tid % kFusedTileKeys, half = tid / kFusedTileKeys;
   const int64_t block_half = (int64_t(head) * p.blocks.count + blockIdx.x) * kFusedSumsHalves + half;
+  // The thread's pair (its rows `row` and `row` + 8) is line `pair` of its warpgroup's staging (the file comment).
+  const int pair = 8 * ((tid % kWarpgroupThreads) / 32) + (tid % 32) / 4;
+  float* columns = storage.probabilities + half * kPairedFloats;
+  float* diagonals = columns + kPairLines * kProbabilityStride;
+  float* wrapped = storage.probabilities + kFusedSumsHalves * kPairedFloats + half * kPairLines * kWrappedStride;
+  // The wrapped parts that thread t adds: lines whose top row R has R < t <= R + 8, i.e. R = t - 8 + j for
+  // j = 0 .. 7 where R is a top row of this warpgroup (R - 64 half in [0, 64), bit 3 clear).
+  uint32_t wrapped_lines = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int top = t - 8 + j - 64 * half;
+    if (top >= 0 && top < 64 && (top & 8) == 0) wrapped_lines |= 1u << j;
+  }
   score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int key_tile, auto& frag) {
+    float x[2][kFusedTileKeys / 4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float* line = tile + (row + 8 * h) * kProbabilityStride + 2 * quad_lane;
 #pragma unroll
-      for (int v = 0; v < kFusedTileKeys / 8; ++v) {
-        float2 x;
-        x.x = fast_exp2(fmaf(frag(frag_index(h, 2 * v)), p.scale_log2, -shift[h])) * inverse[h];
-        x.y = fast_exp2(fmaf(frag(frag_index(h, 2 * v + 1)), p.scale_log2, -shift[h])) * inverse[h];
-        *reinterpret_cast<float2*>(line + 8 * v) = x;
-      }
+      for (int j = 0; j < kFusedTileKeys / 4; ++j)
+        x[h][j] = fast_exp2(fmaf(frag(frag_index(h, j)), p.scale_log2, -shift[h])) * inverse[h];
     }
+    // Slot j is column 8 (j / 2) + 2 quad_lane + j % 2 (frag_column); slot j + 2 is 8 columns right, so the
+    // lower row's slot j + 2 is on the upper row's slot-j diagonal.
+    float* column_line = columns + pair * kProbabilityStride + 2 * quad_lane;
+    float* diagonal_line = diagonals + pair * kProbabilityStride + 2 * quad_lane;
+#pragma unroll
+    for (int v = 0; v < kFusedTileKeys / 8; ++v) {
+      const int j = 2 * v;
+      *reinterpret_cast<float2*>(column_line + 8 * v) = make_float2(x[0][j] + x[1][j], x[0][j + 1] + x[1][j + 1]);
+      const bool paired = j + 2 < kFusedTileKeys / 4;
+      *reinterpret_cast<float2*>(diagonal_line + 8 * v) =
+          paired ? make_float2(x[0][j] + x[1][j + 2], x[0][j + 1] + x[1][j + 3]) : make_float2(x[0][j], x[0][j + 1]);
+    }
+    wrapped[pair * kWrappedStride + 2 * quad_lane] = x[1][0];  // the lower row's columns 0 .. 7
+    wrapped[pair * kWrappedStride + 2 * quad_lane + 1] = x[1][1];
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // the half's rows are staged
     float column = 0, lower = 0, upper = 0;
-#pragma unroll 8
-    for (int r = 64 * half; r < 64 * half + 64; ++r) {
-      const float* line = tile + r * kProbabilityStride;
-      column += line[t];
-      const float x = line[(r - t) & (kFusedTileKeys - 1)];
-      if (r >= t) {
-        upper += x;  // tile diagonal t + 127
+#pragma unroll
+    for (int line = 0; line < kPairLines; ++line) {
+      const int top = 64 * half + 16 * (line / 8) + line % 8;  // the line's upper tile row
+      column += columns[line * kProbabilityStride + t];
+      const float y = diagonals[line * kProbabilityStride + ((top - t) & (kFusedTileKeys - 1))];
+      if (top >= t) {
+        upper += y;  // tile diagonal t + 127
       } else {
-        lower += x;  // tile diagonal t - 1
+        lower += y;  // tile diagonal t - 1 (and, for top > t - 8, the lower row's part is on t + 127: below)
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (wrapped_lines & (1u << j)) {
+        const int top = t - 8 + j - 64 * half;  // within the warpgroup's rows
+        upper += wrapped[(8 * (top / 16) + top % 8) * kWrappedStride + j];
       }
     }
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // walked: the rows may be restaged
     // Every tile diagonal gets a value from each half (0 where the half's rows do not reach it).
     const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
     if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column;
-    float* diagonals = p.diagonal_partials + (block_half * p.key_tiles + key_tile) * kTileDiagonals;
-    diagonals[t + kFusedTileKeys - 1] = upper;
-    if (t > 0) diagonals[t - 1] = lower;
+    float* out = p.diagonal_partials + (block_half * p.key_tiles + key_tile) * kTileDiagonals;
+    out[t + kFusedTileKeys - 1] = upper;
+    if (t > 0) out[t - 1] = lower;
   });
 }
 
@@ -282,7 +320,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
   using Storage = FusedStorage<Traits, kSums>;
   extern __shared__ char smem_raw[];
   // Aligned by pointer arithmetic on the shared array (not through an integer), so the compiler keeps
-  // knowing that the probability tile is shared memory and emits LDS/STS rather than generic loads.
+  // knowing that pass 2's lines are shared memory and emits LDS/STS rather than generic loads.
   char* base = smem_raw + ((1024 - (reinterpret_cast<uintptr_t>(smem_raw) & 1023)) & 1023);
   Storage& storage = *reinterpret_cast<Storage*>(base);
   const int first_tile = int(blockIdx.y) * kTilesPerChunk;
