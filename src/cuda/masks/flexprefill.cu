@@ -150,20 +150,23 @@ __global__ void decide_kernel(DecisionParams params) {
   params.slash_blocks[head * params.offsets + params.main_diagonal] = INFINITY;
 }
 
-// Row blockIdx.x (head x blocks + I) of the group's mask, key blocks from blockIdx.y x 256: set when key block J
-// or block diagonal I - J is selected. (One thread per byte over the flat index paid three 64-bit divisions
-// each, 440 us for 8 heads' 64.6 M bytes; a thread here pays one, for its row's head: 238 us.)
+// Row I = blockIdx.x of head blockIdx.y of the group's mask, its key blocks J strided over the thread block:
+// set when key block J or block diagonal I - J is selected. (One thread per byte over the flat index paid
+// three 64-bit divisions each, 440 us for 8 heads' 64.6 M bytes; one per thread for its row's head, 238 us;
+// here none, and a thread's row setup serves ~11 bytes.)
 __global__ void blocks_kernel(const uint8_t* __restrict__ vertical_flags, const uint8_t* __restrict__ slash_flags,
                               int blocks, bool two_sided, uint8_t* __restrict__ dense) {
-  const int J = int(blockIdx.y * blockDim.x + threadIdx.x);
-  if (J >= blocks) return;
+  const int I = int(blockIdx.x);
+  const int64_t head = blockIdx.y;
   const int64_t offsets = two_sided ? 2 * int64_t(blocks) - 1 : blocks;
-  const int64_t row = blockIdx.x, head = row / blocks;
-  const int I = int(row - head * blocks);
-  const int64_t offset = int64_t(I) - J;
-  const bool on_slash = (two_sided || offset >= 0) &&
-                        slash_flags[head * offsets + methods::diagonal_index(offset, blocks, two_sided)];
-  if (vertical_flags[head * blocks + J] || on_slash) dense[row * blocks + J] = 1;
+  const uint8_t* vertical = vertical_flags + head * blocks;
+  const uint8_t* slash = slash_flags + head * offsets;
+  uint8_t* row = dense + (head * blocks + I) * int64_t(blocks);
+  for (int J = int(threadIdx.x); J < blocks; J += int(blockDim.x)) {
+    const int offset = I - J;
+    const bool on_slash = (two_sided || offset >= 0) && slash[methods::diagonal_index(offset, blocks, two_sided)];
+    if (vertical[J] || on_slash) row[J] = 1;
+  }
 }
 
 }  // namespace
@@ -309,8 +312,8 @@ void run_flexprefill(RunContext& context) {
     flag_top_per_row(vertical_blocks, heads, blocks, vertical_flags, 0, vertical_budget, select_scratch,
                      context.stream);
     flag_top_per_row(slash_blocks, heads, offsets, slash_flags, 0, slash_budget, select_scratch, context.stream);
-    blocks_kernel<<<dim3(unsigned(int64_t(heads) * blocks), unsigned((blocks + kThreads - 1) / kThreads)), kThreads,
-                    0, context.stream>>>(vertical_flags, slash_flags, blocks, options.two_sided, group_mask);
+    blocks_kernel<<<dim3(unsigned(blocks), unsigned(heads)), kThreads, 0, context.stream>>>(
+        vertical_flags, slash_flags, blocks, options.two_sided, group_mask);
     WA_CUDA_CHECK(cudaGetLastError());
 
     // Query-aware heads: the pooled block map's global coverage of gamma x query blocks (crossing excluded).

@@ -121,14 +121,19 @@ __global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
 // ---- long segments: the radix form, many thread blocks per segment ----
 // A single thread block re-reading a segment of millions of values 32 to 63 times keeps one SM busy for
 // milliseconds (FlexPrefill's query-aware maps: 8.07 M values per head at 363,600 tokens). Here every pass
-// spreads the segment over slices of kRadixSlice values, one thread block each: 4 histogram passes (8 bits of
+// spreads the segment over slices (radix_slice) of values, one thread block each: 4 histogram passes (8 bits of
 // the order key each) find the boundary key, 4 more only when a mass rule's adjusted count lands outside its
 // crossing key's ties, then one pass counts the boundary's ties per slice (only when they are split) and one
 // marks. Every tally is an integer sum (atomics in any order give the same value).
 constexpr int64_t kRadixLength = int64_t(1) << 16;
-// 8,192 values per slice (32 per thread): 360 thread blocks for 8 heads' 363,600 column scores, 712 for their
-// 727,199 diagonals (at 32,768: 96 and 184 blocks, under one wave of 132 SMs x 8 blocks).
-constexpr int kRadixSlice = 8192;
+// Slices of at least 2,048 values (8 per thread), longer where the launch would exceed ~1,536 thread blocks:
+// 1,424 blocks for 8 heads' 363,600 column scores (2,048 values), 1,424 for their 727,199 diagonals (4,096),
+// 992 for their 2,841^2 query-aware maps (65,536; most of those return at once, for heads that are not
+// query-aware). At 8,192 for all (360 and 712 blocks, under 3 and 6 per SM) FlexPrefill's pass 0 took 105 and
+// 118 us for columns and diagonals (ncu, 401 frames), twice the data costing 12 % more: too few warps per SM
+// to hide the loads; at 2,048 for all, 60 and 90 us, but the maps' 31,552 blocks took 22 us per pass.
+constexpr int64_t kRadixMinSlice = 2048;
+constexpr int64_t kRadixLaunchBlocks = 1536;
 constexpr int kRadixThreads = 256;
 
 enum RadixPhase : int { kMassSearch = 0, kCountSearch = 1, kBoundaryKnown = 2, kNoBoundary = 3 };
@@ -144,7 +149,15 @@ struct RadixState {
   Boundary boundary;
 };
 
-int radix_slices(int64_t length) { return int((length + kRadixSlice - 1) / kRadixSlice); }
+int64_t radix_slice(int64_t length, int segments) {
+  int64_t slice = kRadixMinSlice;
+  while ((length + slice - 1) / slice * segments > kRadixLaunchBlocks) slice *= 2;
+  return slice;
+}
+int radix_slices(int64_t length, int segments) {
+  const int64_t slice = radix_slice(length, segments);
+  return int((length + slice - 1) / slice);
+}
 
 // After the rule: the count, and whether the boundary is known, must be searched by count, or is not needed.
 __device__ void settle(RadixState& state, const SelectParams& params, int64_t count, Boundary boundary) {
@@ -190,7 +203,7 @@ __global__ void radix_init_kernel(SelectParams params, RadixState* __restrict__ 
 // digit is the sign and the top 7 exponent bits, so probabilities fall into a handful of digits and per-lane
 // shared-memory atomics serialised on them (0.85 and 1.2 ms of 2.5 for 8 heads' columns and diagonals).
 __global__ void __launch_bounds__(kRadixThreads)
-    radix_histogram_kernel(SelectParams params, RadixState* __restrict__ states, int pass) {
+    radix_histogram_kernel(SelectParams params, RadixState* __restrict__ states, int64_t slice, int pass) {
   RadixState& state = states[blockIdx.y];
   const int phase = state.phase;
   if (phase != kMassSearch && phase != kCountSearch) return;
@@ -205,8 +218,8 @@ __global__ void __launch_bounds__(kRadixThreads)
   const uint32_t prefix = state.prefix;
   const bool with_mass = phase == kMassSearch;
   const float* values = params.values + int64_t(blockIdx.y) * params.value_stride;
-  const int64_t begin = int64_t(blockIdx.x) * kRadixSlice;
-  const int64_t end = begin + kRadixSlice < params.length ? begin + kRadixSlice : params.length;
+  const int64_t begin = int64_t(blockIdx.x) * slice;
+  const int64_t end = begin + slice < params.length ? begin + slice : params.length;
   for (int64_t tile = begin; tile < end; tile += blockDim.x) {  // a uniform bound: the warp's shuffles need it
     const int64_t i = tile + threadIdx.x;
     const float value = i < end ? values[i] : 0.0f;
@@ -240,53 +253,71 @@ __global__ void __launch_bounds__(kRadixThreads)
   }
 }
 
-// One thread block per segment: the histogram moves to shared memory (and is cleared for the next pass) by
-// all threads, then one thread takes the digit of this pass (radix_choose) and after the last pass the
-// boundary. (One thread walking the 512 global counters took 25-34 us per pass.)
+// One thread block per segment, one thread per digit: the histogram moves to shared memory (and is cleared
+// for the next pass), a block scan gives every digit d the tally above + (digits >= d) that radix_choose's walk
+// (selection_rule.h) reaches at d, and the choice is the walk's first passing digit, the smallest thread index
+// i = 255 - d whose tally passes: the same digit and `above` as the walk, found at once (one thread walking
+// the 256 digits took ~17 us per pass; one walking the 512 global counters 25-34 us).
 __global__ void __launch_bounds__(kRadixThreads)
     radix_choose_kernel(SelectParams params, RadixState* __restrict__ states, int pass) {
+  static_assert(kRadixThreads == methods::kRadixDigits, "one thread per digit");
+  using Scan = cub::BlockScan<unsigned long long, kRadixThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
   __shared__ unsigned long long counts[methods::kRadixDigits];
   __shared__ unsigned long long masses[methods::kRadixDigits];
+  __shared__ unsigned long long total_mass;
+  __shared__ int chosen;
+  __shared__ bool settled;
   RadixState& state = states[blockIdx.x];
   const int phase = state.phase;
   if (phase != kMassSearch && phase != kCountSearch) return;
-  for (int d = threadIdx.x; d < methods::kRadixDigits; d += blockDim.x) {
-    counts[d] = state.counts[d];
-    masses[d] = state.masses[d];
-    state.counts[d] = 0;
-    state.masses[d] = 0;
-  }
+  const int i = int(threadIdx.x), d = methods::kRadixDigits - 1 - i;
+  counts[d] = state.counts[d];
+  masses[d] = state.masses[d];
+  state.counts[d] = 0;
+  state.masses[d] = 0;
+  unsigned long long through_mass = 0, through_count = 0;  // digits >= d
+  Scan(scan_storage).InclusiveSum(masses[d], through_mass);
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  Scan(scan_storage).InclusiveSum(counts[d], through_count);
   const bool mass = phase == kMassSearch, reach = params.rule == SelectRule::kReachMass;
   const int64_t length = params.length;
-  if (mass && pass == 0) {
-    unsigned long long total = 0;
-    for (int d = 0; d < methods::kRadixDigits; ++d) total += masses[d];
-    state.target = methods::mass_target(params.fraction, params.fixed_total, total);
-    if (!methods::mass_passes(total, state.target, reach)) {
+  if (i == kRadixThreads - 1) total_mass = through_mass;
+  if (i == 0) {
+    chosen = kRadixThreads;
+    settled = false;
+  }
+  __syncthreads();
+  if (i == 0 && mass && pass == 0) {
+    state.target = methods::mass_target(params.fraction, params.fixed_total, total_mass);
+    if (!methods::mass_passes(total_mass, state.target, reach)) {
       settle(state, params, methods::adjusted_count(length, params.add, params.min_count, length), Boundary{});
-      return;
+      settled = true;
     }
   }
-  Tally above = state.above;
-  const double target = state.target;
-  const int64_t wanted = state.count;
-  int digit = mass ? methods::radix_choose(counts, masses, above,
-                                           [&](Tally t) { return methods::mass_passes(t.mass, target, reach); })
-                   : methods::radix_choose(counts, nullptr, above,
-                                           [&](Tally t) { return int64_t(t.count) >= wanted; });
-  if (digit < 0) digit = 0;  // not reached: the chosen prefix always passes
+  __syncthreads();
+  if (settled) return;
+  const Tally start = state.above;
+  const Tally with{start.mass + through_mass, start.count + through_count};
+  const bool passes = mass ? methods::mass_passes(with.mass, state.target, reach) : int64_t(with.count) >= state.count;
+  if (passes) atomicMin(&chosen, i);
+  __syncthreads();
+  if (i != (chosen < kRadixThreads ? chosen : 0)) return;
+  // This thread's digit is the walk's choice (or, where no digit passes, which does not happen as every chosen
+  // prefix passes, the walk's -1 taken as digit 0 with `above` unchanged).
+  const bool found = chosen < kRadixThreads;
+  const int digit = found ? d : 0;
+  const Tally above = found ? Tally{with.mass - masses[d], with.count - counts[d]} : start;
   const unsigned long long digit_count = counts[digit];
   state.prefix |= uint32_t(digit) << methods::radix_shift(pass);
   state.above = above;
   if (pass < methods::kRadixPasses - 1) return;
   if (mass) {
     const Boundary boundary =
-        methods::finish_mass_boundary(state.prefix, above, above.count + digit_count, target, reach);
+        methods::finish_mass_boundary(state.prefix, above, above.count + digit_count, state.target, reach);
     settle(state, params, methods::adjusted_count(boundary.count, params.add, params.min_count, length), boundary);
   } else {
-    state.boundary = methods::finish_count_boundary(state.prefix, wanted, above.count, above.count + digit_count);
+    state.boundary = methods::finish_count_boundary(state.prefix, state.count, above.count, above.count + digit_count);
     state.phase = kBoundaryKnown;
   }
 }
@@ -299,15 +330,15 @@ __device__ inline bool ties_split(const RadixState& state) {
 
 // Slice blockIdx.x of segment blockIdx.y: its count of boundary ties, when they are split.
 __global__ void __launch_bounds__(kRadixThreads)
-    radix_ties_kernel(SelectParams params, const RadixState* __restrict__ states, int slices,
+    radix_ties_kernel(SelectParams params, const RadixState* __restrict__ states, int64_t slice, int slices,
                       unsigned long long* __restrict__ slice_ties) {
   __shared__ unsigned long long scratch[32];
   const RadixState& state = states[blockIdx.y];
   if (!ties_split(state)) return;
   const uint32_t key = state.boundary.key;
   const float* values = params.values + int64_t(blockIdx.y) * params.value_stride;
-  const int64_t begin = int64_t(blockIdx.x) * kRadixSlice;
-  const int64_t end = begin + kRadixSlice < params.length ? begin + kRadixSlice : params.length;
+  const int64_t begin = int64_t(blockIdx.x) * slice;
+  const int64_t end = begin + slice < params.length ? begin + slice : params.length;
   unsigned long long ties = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) ties += order_key(values[i]) == key;
   ties = block_reduce(ties, 0ull, SumOp{}, scratch);
@@ -331,7 +362,7 @@ __global__ void radix_tie_prefix_kernel(SelectParams params, const RadixState* _
 // Slice blockIdx.x of segment blockIdx.y: flags of the kept elements (keys above the boundary's, and its first
 // `taken` ties in index order, ranked by a block scan per tile).
 __global__ void __launch_bounds__(kRadixThreads)
-    radix_mark_kernel(SelectParams params, const RadixState* __restrict__ states, int slices,
+    radix_mark_kernel(SelectParams params, const RadixState* __restrict__ states, int64_t slice, int slices,
                       const unsigned long long* __restrict__ slice_ties) {
   using Scan = cub::BlockScan<unsigned int, kRadixThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
@@ -340,8 +371,8 @@ __global__ void __launch_bounds__(kRadixThreads)
   if (count == 0) return;
   uint8_t* flags = params.flags + int64_t(blockIdx.y) * params.flag_stride;
   const int64_t limit = params.flag_limit < length ? params.flag_limit : length;
-  const int64_t begin = int64_t(blockIdx.x) * kRadixSlice;
-  const int64_t end = begin + kRadixSlice < length ? begin + kRadixSlice : length;
+  const int64_t begin = int64_t(blockIdx.x) * slice;
+  const int64_t end = begin + slice < length ? begin + slice : length;
   if (count >= length) {
     for (int64_t i = begin + threadIdx.x; i < end && i < limit; i += blockDim.x) flags[i] = 1;
     return;
@@ -377,24 +408,25 @@ void launch_radix_select(const SelectParams& params, cudaStream_t stream) {
            params.segments);
   auto* states = static_cast<RadixState*>(params.scratch);
   auto* slice_ties = reinterpret_cast<unsigned long long*>(states + params.segments);
-  const int slices = radix_slices(params.length);
+  const int64_t slice = radix_slice(params.length, params.segments);
+  const int slices = radix_slices(params.length, params.segments);
   const dim3 grid(unsigned(slices), unsigned(params.segments));
   radix_init_kernel<<<params.segments, kRadixThreads, 0, stream>>>(params, states);
   WA_CUDA_CHECK(cudaGetLastError());
   // Passes 4-7 serve only mass rules whose adjusted count needs its own boundary; the others return at once.
   const int passes = params.rule == SelectRule::kTopCount ? methods::kRadixPasses : 2 * methods::kRadixPasses;
   for (int pass = 0; pass < passes; ++pass) {
-    radix_histogram_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, pass % methods::kRadixPasses);
+    radix_histogram_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slice, pass % methods::kRadixPasses);
     WA_CUDA_CHECK(cudaGetLastError());
     radix_choose_kernel<<<params.segments, kRadixThreads, 0, stream>>>(params, states, pass % methods::kRadixPasses);
     WA_CUDA_CHECK(cudaGetLastError());
   }
-  radix_ties_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slices, slice_ties);
+  radix_ties_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slice, slices, slice_ties);
   WA_CUDA_CHECK(cudaGetLastError());
   radix_tie_prefix_kernel<<<params.segments, 1, 0, stream>>>(params, states, slices, slice_ties);
   WA_CUDA_CHECK(cudaGetLastError());
   if (params.flags == nullptr) return;
-  radix_mark_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slices, slice_ties);
+  radix_mark_kernel<<<grid, kRadixThreads, 0, stream>>>(params, states, slice, slices, slice_ties);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -402,7 +434,9 @@ void launch_radix_select(const SelectParams& params, cudaStream_t stream) {
 
 size_t select_scratch_bytes(int segments, int64_t length) {
   if (length <= kRadixLength || segments <= 0) return 0;
-  return size_t(segments) * (sizeof(RadixState) + size_t(radix_slices(length)) * sizeof(unsigned long long));
+  // Room for the most slices any segment count gives (the shortest slice), whatever the launch's segments.
+  const size_t most_slices = size_t((length + kRadixMinSlice - 1) / kRadixMinSlice);
+  return size_t(segments) * (sizeof(RadixState) + most_slices * sizeof(unsigned long long));
 }
 
 void launch_select(const SelectParams& params, cudaStream_t stream) {

@@ -67,8 +67,9 @@ constexpr int kSumsStages = 3;      // pass 2: + the 70 KB of paired lines, 200 
 constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;
 constexpr int kPairLines = 32;  // a warpgroup's 64 rows as 32 pairs (row, row + 8)
-constexpr int kPairedFloats = 2 * kPairLines * kProbabilityStride;  // a warpgroup's column and diagonal lines
 constexpr int kWrappedStride = 9;  // odd: the wrapped parts' reads hit distinct banks
+// A warpgroup's staging of one tile: the diagonal lines, the wrapped parts, its 4 warps' column sums.
+constexpr int kStagingFloats = kPairLines * (kProbabilityStride + kWrappedStride) + 4 * kFusedTileKeys;
 constexpr uint32_t kSumsBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup (0 is __syncthreads)
 constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerThreads = 2 * kWarpgroupThreads;
@@ -105,7 +106,7 @@ struct FusedStorage {
   using Element = typename Traits::Element;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
   cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
-  float probabilities[kSums ? kFusedSumsHalves * kPairedFloats + kFusedTileRows / 2 * kWrappedStride : 1];
+  float probabilities[kSums ? 2 * kFusedSumsHalves * kStagingFloats : 1];  // two buffers per warpgroup
   uint64_t q_full;
   uint64_t k_full[Traits::kStages];
   uint64_t k_empty[Traits::kStages];
@@ -227,6 +228,20 @@ __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Stora
   });
 }
 
+/// One halving exchange of slot sums between the lanes that differ in lane bit log2(kWidth) + 2 (kWidth = 16,
+/// 8, 4: bits 4, 3, 2, the row bits of the quad): slots [0, kWidth) of the result are the lane's half of
+/// [0, 2 kWidth) (the upper half where its bit is set) plus the partner's copy of the same half.
+template <int kWidth>
+__device__ __forceinline__ void halve_across_lanes(float (&sums)[kFusedTileKeys / 4], int lane) {
+  const bool upper_half = (lane & (kWidth / 4 * 4)) != 0;
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    const float give = upper_half ? sums[k] : sums[k + kWidth];
+    const float keep = upper_half ? sums[k + kWidth] : sums[k];
+    sums[k] = keep + __shfl_xor_sync(0xFFFFFFFFu, give, kWidth / 4 * 4);
+  }
+}
+
 /// Pass 2's epilogue (the walk in the file comment).
 template <class Traits, class Storage>
 __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p, Storage& storage, int first_tile,
@@ -249,10 +264,8 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
   const int t = tid % kFusedTileKeys, half = tid / kFusedTileKeys;
   const int64_t block_half = (int64_t(head) * p.blocks.count + blockIdx.x) * kFusedSumsHalves + half;
   // The thread's pair (its rows `row` and `row` + 8) is line `pair` of its warpgroup's staging (the file comment).
-  const int pair = 8 * ((tid % kWarpgroupThreads) / 32) + (tid % 32) / 4;
-  float* columns = storage.probabilities + half * kPairedFloats;
-  float* diagonals = columns + kPairLines * kProbabilityStride;
-  float* wrapped = storage.probabilities + kFusedSumsHalves * kPairedFloats + half * kPairLines * kWrappedStride;
+  const int warp = (tid % kWarpgroupThreads) / 32, lane = tid % 32;
+  const int pair = 8 * warp + lane / 4;
   // The wrapped parts that thread t adds: lines whose top row R has R < t <= R + 8, i.e. R = t - 8 + j for
   // j = 0 .. 7 where R is a top row of this warpgroup (R - 64 half in [0, 64), bit 3 clear).
   uint32_t wrapped_lines = 0;
@@ -261,7 +274,15 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
     const int top = t - 8 + j - 64 * half;
     if (top >= 0 && top < 64 && (top & 8) == 0) wrapped_lines |= 1u << j;
   }
+  int tile_index = 0;
   score_tiles<Traits>(p, storage, first_tile, tiles, tid, [&](int key_tile, auto& frag) {
+    // Two staging buffers, alternating by tile: a thread restages buffer b only after the next tile's barrier,
+    // which every thread of the warpgroup reaches after walking b, so one barrier per tile suffices.
+    float* staging = storage.probabilities + ((tile_index & 1) * kFusedSumsHalves + half) * kStagingFloats;
+    float* diagonals = staging;
+    float* wrapped = staging + kPairLines * kProbabilityStride;
+    float* warp_columns = wrapped + kPairLines * kWrappedStride;  // [4 warps][128 columns]
+    ++tile_index;
     float x[2][kFusedTileKeys / 4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -271,24 +292,39 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
     }
     // Slot j is column 8 (j / 2) + 2 quad_lane + j % 2 (frag_column); slot j + 2 is 8 columns right, so the
     // lower row's slot j + 2 is on the upper row's slot-j diagonal.
-    float* column_line = columns + pair * kProbabilityStride + 2 * quad_lane;
     float* diagonal_line = diagonals + pair * kProbabilityStride + 2 * quad_lane;
 #pragma unroll
     for (int v = 0; v < kFusedTileKeys / 8; ++v) {
       const int j = 2 * v;
-      *reinterpret_cast<float2*>(column_line + 8 * v) = make_float2(x[0][j] + x[1][j], x[0][j + 1] + x[1][j + 1]);
       const bool paired = j + 2 < kFusedTileKeys / 4;
       *reinterpret_cast<float2*>(diagonal_line + 8 * v) =
           paired ? make_float2(x[0][j] + x[1][j + 2], x[0][j + 1] + x[1][j + 3]) : make_float2(x[0][j], x[0][j + 1]);
     }
     wrapped[pair * kWrappedStride + 2 * quad_lane] = x[1][0];  // the lower row's columns 0 .. 7
     wrapped[pair * kWrappedStride + 2 * quad_lane + 1] = x[1][1];
+    // Column sums in registers: the pair's sums, then over the warp's 8 lanes of this quad lane by halving
+    // exchanges (lane bit 4, 3, 2: a lane keeps the half of its slots selected by its bit and adds the
+    // partner's), which leaves lane (g, q) the warp's sums of slots 4 g .. 4 g + 3: columns 16 g + 2 q + {0, 1}
+    // and 16 g + 8 + 2 q + {0, 1}. Shuffles instead of a staged line and a 32-line walk per thread.
+    float sums[kFusedTileKeys / 4];
+#pragma unroll
+    for (int j = 0; j < kFusedTileKeys / 4; ++j) sums[j] = x[0][j] + x[1][j];
+    halve_across_lanes<16>(sums, lane);
+    halve_across_lanes<8>(sums, lane);
+    halve_across_lanes<4>(sums, lane);
+    const int g = lane / 4;
+    *reinterpret_cast<float2*>(warp_columns + warp * kFusedTileKeys + 16 * g + 2 * quad_lane) =
+        make_float2(sums[0], sums[1]);
+    *reinterpret_cast<float2*>(warp_columns + warp * kFusedTileKeys + 16 * g + 8 + 2 * quad_lane) =
+        make_float2(sums[2], sums[3]);
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // the half's rows are staged
-    float column = 0, lower = 0, upper = 0;
+    float column = warp_columns[t];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) column += warp_columns[w * kFusedTileKeys + t];
+    float lower = 0, upper = 0;
 #pragma unroll
     for (int line = 0; line < kPairLines; ++line) {
       const int top = 64 * half + 16 * (line / 8) + line % 8;  // the line's upper tile row
-      column += columns[line * kProbabilityStride + t];
       const float y = diagonals[line * kProbabilityStride + ((top - t) & (kFusedTileKeys - 1))];
       if (top >= t) {
         upper += y;  // tile diagonal t + 127
@@ -303,7 +339,6 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
         upper += wrapped[(8 * (top / 16) + top % 8) * kWrappedStride + j];
       }
     }
-    cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, kSumsBarrier + half);  // walked: the rows may be restaged
     // Every tile diagonal gets a value from each half (0 where the half's rows do not reach it).
     const int64_t key = int64_t(key_tile) * kFusedTileKeys + t;
     if (key < p.tokens) p.column_partials[block_half * p.tokens + key] = column;
