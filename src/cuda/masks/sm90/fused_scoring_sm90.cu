@@ -183,19 +183,23 @@ __device__ __forceinline__ void score_tiles(const FusedScoringSm90Params& p, Sto
   const int lane = tid % 32;
   const int valid_in_last = int(p.tokens - int64_t(p.key_tiles - 1) * kFusedTileKeys);
 
-  sm90::Barrier::wait(&storage.q_full, 0);
-  for (int i = 0; i < tiles; ++i) {
+  auto step = [&](int i, auto masked) {
     const int stage = i % kStages;
     sm90::Barrier::wait(&storage.k_full[stage], (i / kStages) & 1);
     sm90::gemm_async<true>(mma, tSrQ, tSrK(_, _, _, stage), scores);
     warpgroup_wait<0>();
     warpgroup_fence_operand(scores);
     sm90::release_stage(&storage.k_empty[stage], lane);
-    const int tile = first_tile + i;
-    if (tile == p.key_tiles - 1 && valid_in_last < kFusedTileKeys)
-      mask_columns<kFusedTileKeys>(frag, valid_in_last, lane & 3);
-    epilogue(tile, frag);
-  }
+    if constexpr (decltype(masked)::value) mask_columns<kFusedTileKeys>(frag, valid_in_last, lane & 3);
+    epilogue(first_tile + i, frag);
+  };
+  // The partial last tile of the sequence, if this chunk holds it, is stepped apart: with the mask's test
+  // inside the loop, ptxas if-converted it into 64 predicated selects (and their compares) on every tile.
+  const bool partial_last = first_tile + tiles == p.key_tiles && valid_in_last < kFusedTileKeys;
+  const int unmasked = partial_last ? tiles - 1 : tiles;
+  sm90::Barrier::wait(&storage.q_full, 0);
+  for (int i = 0; i < unmasked; ++i) step(i, std::false_type{});
+  if (partial_last) step(unmasked, std::true_type{});
 }
 
 /// Pass 1's epilogue: per row, the tile's max (the raw maximum scaled once: scale_log2 > 0, so it is the
