@@ -689,7 +689,8 @@ __global__ void diagonal_finish_kernel(const float* __restrict__ partials,
     for (int u = 0; u < kBlocksAtOnce; ++u) {
       const int j = j0 + u;
       const bool block_present = j < blocks.count;
-      const int64_t base = block_present ? blocks.block[j].q_first - delta - (kFusedTileKeys - 1) : 0;  // 128 kt = base + e
+      // 128 kt = base + e
+      const int64_t base = block_present ? blocks.block[j].q_first - delta - (kFusedTileKeys - 1) : 0;
       const int64_t first = max(int64_t(0), -((-base) >> 7));  // ceil(base / 128)
       const int64_t last = min(int64_t(key_tiles) - 1, (base + kTileDiagonals - 1) >> 7);
       static_assert(kFusedTileKeys == 128, "the shifts divide by the tile's 128 keys");
@@ -700,7 +701,8 @@ __global__ void diagonal_finish_kernel(const float* __restrict__ partials,
         for (int k = 0; k < 2; ++k) {
           const int64_t tile = first + k;
           present[u][h][k] = block_present && h < halves && tile <= last;
-          value[u][h][k] = present[u][h][k] ? block_partials[tile * kTileDiagonals + (tile * kFusedTileKeys - base)] : 0.0f;
+          const int64_t at = tile * kTileDiagonals + (tile * kFusedTileKeys - base);
+          value[u][h][k] = present[u][h][k] ? block_partials[at] : 0.0f;
         }
       }
     }
