@@ -45,6 +45,7 @@
 #include "cuda/attention/softmax.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/fused_scoring_sm90.h"
+#include "cuda/masks/reduce.cuh"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
@@ -332,20 +333,10 @@ __device__ __forceinline__ int column_key(int lane) {
 /// v[2 nt + b] = this lane's sum over its 4 rows of key 8 nt + 2 (lane % 4) + b; the 8 lanes of one lane % 4
 /// share those keys. Three exchange rounds over the lane bits 4, 3, 2 halve the values a lane keeps (it sends
 /// the half its partner keeps): 7 shuffles, and lane ends with the 32-row sum of key column_key(lane).
-template <int kWidth>
-__device__ __forceinline__ void reduce_columns_round(float (&v)[8], int lane) {
-  const bool upper = (lane & (kWidth << 2)) != 0;
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    const float send = upper ? v[k] : v[k + kWidth];
-    const float keep = upper ? v[k + kWidth] : v[k];
-    v[k] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kWidth << 2);
-  }
-}
 __device__ __forceinline__ float reduce_columns(float (&v)[8], int lane) {
-  reduce_columns_round<4>(v, lane);
-  reduce_columns_round<2>(v, lane);
-  reduce_columns_round<1>(v, lane);
+  halve_across_lanes<4, 4>(v, lane);
+  halve_across_lanes<3, 2>(v, lane);
+  halve_across_lanes<2, 1>(v, lane);
   return v[0];
 }
 

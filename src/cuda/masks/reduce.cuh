@@ -35,6 +35,23 @@ __device__ inline T block_reduce(T value, T identity, Op op, T* scratch) {
   return value;
 }
 
+/// One halving exchange of per-lane slot sums between the lanes that differ in lane bit kLaneBit: a lane keeps
+/// the half of slots [0, 2 kWidth) its bit selects (the upper half where it is set), sends the other half to its
+/// partner and adds the partner's copy of its own half, into slots [0, kWidth). Rounds over lane bits 4, 3, 2
+/// (widths halving) sum a tensor-core fragment's columns over the 8 lanes of one quad lane, with the result
+/// transposed across them: the fused scoring's column sums (mma.sync and wgmma passes).
+template <int kLaneBit, int kWidth, int kSlots>
+__device__ __forceinline__ void halve_across_lanes(float (&v)[kSlots], int lane) {
+  static_assert(2 * kWidth <= kSlots, "the exchanged slots lie in the array");
+  const bool upper = (lane & (1 << kLaneBit)) != 0;
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    const float send = upper ? v[k] : v[k + kWidth];
+    const float keep = upper ? v[k + kWidth] : v[k];
+    v[k] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, 1 << kLaneBit);
+  }
+}
+
 /// (max, sum of exp(x - max)) pairs combine exactly as an online softmax does; two empty pairs (max -inf)
 /// stay empty.
 __device__ inline void softmax_combine(float& top, float& sum, float other_top, float other_sum) {

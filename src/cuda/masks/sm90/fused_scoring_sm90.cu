@@ -38,6 +38,7 @@
 #include "cuda/attention/sm90/kernel_traits.cuh"
 #include "cuda/attention/sm90/mainloop.cuh"
 #include "cuda/masks/fused_scoring_sm90.h"
+#include "cuda/masks/reduce.cuh"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
@@ -232,20 +233,6 @@ __device__ __forceinline__ void row_parts(const FusedScoringSm90Params& p, Stora
   });
 }
 
-/// One halving exchange of slot sums between the lanes that differ in lane bit log2(kWidth) + 2 (kWidth = 16,
-/// 8, 4: bits 4, 3, 2, the row bits of the quad): slots [0, kWidth) of the result are the lane's half of
-/// [0, 2 kWidth) (the upper half where its bit is set) plus the partner's copy of the same half.
-template <int kWidth>
-__device__ __forceinline__ void halve_across_lanes(float (&sums)[kFusedTileKeys / 4], int lane) {
-  const bool upper_half = (lane & (kWidth / 4 * 4)) != 0;
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    const float give = upper_half ? sums[k] : sums[k + kWidth];
-    const float keep = upper_half ? sums[k + kWidth] : sums[k];
-    sums[k] = keep + __shfl_xor_sync(0xFFFFFFFFu, give, kWidth / 4 * 4);
-  }
-}
-
 /// Pass 2's epilogue (the walk in the file comment).
 template <class Traits, class Storage>
 __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p, Storage& storage, int first_tile,
@@ -313,9 +300,9 @@ __device__ __forceinline__ void probability_sums(const FusedScoringSm90Params& p
     float sums[kFusedTileKeys / 4];
 #pragma unroll
     for (int j = 0; j < kFusedTileKeys / 4; ++j) sums[j] = x[0][j] + x[1][j];
-    halve_across_lanes<16>(sums, lane);
-    halve_across_lanes<8>(sums, lane);
-    halve_across_lanes<4>(sums, lane);
+    halve_across_lanes<4, 16>(sums, lane);
+    halve_across_lanes<3, 8>(sums, lane);
+    halve_across_lanes<2, 4>(sums, lane);
     const int g = lane / 4;
     *reinterpret_cast<float2*>(warp_columns + warp * kFusedTileKeys + 16 * g + 2 * quad_lane) =
         make_float2(sums[0], sums[1]);
