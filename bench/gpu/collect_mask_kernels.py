@@ -24,7 +24,9 @@ TIME_SCALE_TO_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 
 
 def short_name(demangled: str) -> str:
     """'ns::<unnamed>::fused_tile_kernel<__nv_bfloat16, 128, false>(Params)' -> 'fused_tile_kernel<__nv_bfloat16,
-    128, false>': the name without its namespaces and parameter list."""
+    128, false>': the name without its namespaces and parameter list (ncu's '<unnamed>' and CUPTI's '(anonymous
+    namespace)' alike)."""
+    demangled = demangled.replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
     depth, cut = 0, len(demangled)
     for i, ch in enumerate(demangled):  # the parameter list is the first '(' outside template brackets
         if ch == "<":
@@ -34,7 +36,7 @@ def short_name(demangled: str) -> str:
         elif ch == "(" and depth == 0:
             cut = i
             break
-    name = demangled[:cut].replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
+    name = demangled[:cut]
     template = name.find("<")
     head, tail = (name[:template], name[template:]) if template >= 0 else (name, "")
     return head.split()[-1].split("::")[-1] + tail  # without a return type ('void ') and namespaces

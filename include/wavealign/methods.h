@@ -233,8 +233,10 @@ class MaskGenerator {
   /// antidiagonal logits, sized to at most kLogitChunkBytes.
   size_t workspace_bytes() const;
 
-  /// Enqueues the whole generator on `stream`. The first call creates the cuBLAS handle (this allocates;
-  /// run once before capturing a graph). Throws InvalidArgument naming "q", "k", "element_type", "batch",
+  /// Enqueues the whole generator on `stream`: its kernels run on the generator's own streams (at the device's
+  /// greatest stream priority, K pooling at the least), after the work enqueued on `stream` before the call
+  /// and before the work enqueued after it. The first call creates the cuBLAS handle and those streams (this
+  /// allocates; run once before capturing a graph). Throws InvalidArgument naming "q", "k", "element_type", "batch",
   /// "heads", "tokens", "head_dim", "dense", "row_ptr", "col_idx", "col_capacity" or "workspace".
   void run(const DeviceQk& qk, const MaskOutputs& outputs, void* workspace, size_t workspace_bytes,
            Stream stream);
@@ -250,6 +252,10 @@ class MaskGenerator {
   int64_t tokens_ = 0;
   int head_dim_ = 0;
   void* blas_ = nullptr;  // cublasHandle_t, created by the first run()
+  // The run's own streams and events (generator.cu), created by the first run(): the methods run on a stream of
+  // the device's greatest priority, ordered after the caller's stream's earlier work and before its later work,
+  // so that work on a side stream of the least priority (FlexPrefill's K pooling) only fills what they leave.
+  void* streams_ = nullptr;
 };
 
 /// True when a CUDA device is usable (false without one, or without a driver).

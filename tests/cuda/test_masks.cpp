@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention_harness.h"
@@ -353,6 +355,52 @@ TEST(MaskGenerator, GraphCaptureReplaysTheSameMask) {
   cudaStreamDestroy(stream);
 }
 
+// run() enqueues on the caller's stream's order although its kernels run on the generator's own streams: K
+// reaches its buffer only after a host callback that sleeps 50 ms, and the mask copied back on the caller's
+// stream must still be the mask of that K (a run that started at once would have read the zeros there), for a
+// FlexPrefill run (with its side stream) and the same call on the legacy default stream.
+TEST(MaskGenerator, RunFollowsTheCallersStreamOrder) {
+  WA_REQUIRE_GPU();
+  constexpr int kHeads = 2, kTokens = 800, kDim = 64;
+  const QkInputs inputs = rounded(clustered_qk(kHeads, kTokens, kDim, 109), ElementType::kBf16);
+  const MethodConfig config = config_of(MaskMethod::kFlexPrefill, 64);
+  const GpuMask expected = run_generator(config, inputs, ElementType::kBf16, 1);
+  std::vector<uint16_t> q_bits(inputs.q.size()), k_bits(inputs.k.size());
+  for (size_t i = 0; i < q_bits.size(); ++i) {
+    q_bits[i] = to_bits(inputs.q[i], ElementType::kBf16);
+    k_bits[i] = to_bits(inputs.k[i], ElementType::kBf16);
+  }
+  const DeviceBuffer q = testing::upload(q_bits), k_source = testing::upload(k_bits);
+  MaskGenerator generator(config, 1, kHeads, kTokens, kDim);
+  const int blocks = generator.q_blocks();
+  DeviceBuffer k(k_bits.size() * sizeof(uint16_t)), dense(size_t(kHeads) * blocks * blocks);
+  DeviceBuffer workspace(generator.workspace_bytes());
+  DeviceQk device;
+  device.q = q.get();
+  device.k = k.get();
+  device.heads = kHeads;
+  device.tokens = kTokens;
+  device.head_dim = kDim;
+  MaskOutputs outputs;
+  outputs.dense = dense.as<uint8_t>();
+  cudaStream_t created;
+  WA_CUDA_OK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+  for (const cudaStream_t stream : {created, cudaStream_t{nullptr}}) {
+    SCOPED_TRACE(stream ? "a non-blocking stream" : "the legacy default stream");
+    WA_CUDA_OK(cudaMemset(k.get(), 0, k.bytes()));
+    WA_CUDA_OK(cudaDeviceSynchronize());
+    WA_CUDA_OK(cudaLaunchHostFunc(
+        stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, nullptr));
+    WA_CUDA_OK(cudaMemcpyAsync(k.get(), k_source.get(), k.bytes(), cudaMemcpyDeviceToDevice, stream));
+    generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);
+    std::vector<uint8_t> got(dense.bytes());
+    WA_CUDA_OK(cudaMemcpyAsync(got.data(), dense.get(), got.size(), cudaMemcpyDeviceToHost, stream));
+    WA_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(got, expected.dense);
+  }
+  WA_CUDA_OK(cudaStreamDestroy(created));
+}
+
 TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
   WA_REQUIRE_GPU();
   // Segments past 65,536 values take the radix form over many thread blocks: few distinct values (ties split
@@ -429,7 +477,7 @@ TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
   constexpr int kBlock = 128;
   constexpr float kTheta = 0.5f;
   const int blocks = int((kTokens + kBlock - 1) / kBlock);
-  for (const int d : {64, 128}) {
+  for (const int d : {64, 72, 128}) {  // 72: lanes 18-31 hold no column
     std::mt19937 rng(2024 + d);
     std::vector<float> base(static_cast<size_t>(d)), values(static_cast<size_t>(kTokens) * d);
     for (float& v : base) v = float(int(rng() % 255) - 127) / 64.0f;  // 8 significant bits: exact in bf16
@@ -483,8 +531,7 @@ TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
       const DeviceBuffer rows = testing::upload(bits);
       DeviceBuffer device_means(size_t(blocks) * d * sizeof(float)), flags(static_cast<size_t>(blocks));
       masks::PoolParams params;
-      params.rows = rows.as<uint16_t>() + layout.offset;
-      params.token_stride = layout.stride;
+      params.rows = masks::single_head_rows(rows.as<uint16_t>() + layout.offset, layout.stride);
       params.tokens = kTokens;
       params.head_dim = d;
       params.block = kBlock;
@@ -510,6 +557,107 @@ TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
       }
     }
   }
+}
+
+// One launch over several heads (head_rows: mask heads 1-4 of a [2, 3, tokens, d] tensor, so the launch
+// crosses a batch) gives each head the bits of that head's own launch, and a head whose flag is 0 keeps its
+// poison; at head_dim 64 and 128, in the vector loads' layout and in an odd token stride (the 2-byte loads).
+TEST(MaskPooling, OneLaunchPoolsEveryHeadAsItsOwnLaunch) {
+  WA_REQUIRE_GPU();
+  constexpr int kBatch = 2, kHeadsPerBatch = 3, kFirst = 1, kHeads = 4, kBlock = 64;
+  constexpr int64_t kTokens = 300;  // partial last block of 44 rows
+  const int blocks = int((kTokens + kBlock - 1) / kBlock);
+  const std::vector<uint8_t> enabled = {1, 1, 0, 1};
+  for (const int d : {64, 128}) {
+    for (const int64_t stride : {int64_t(d), int64_t(d + 3)}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + ", token stride " + std::to_string(stride));
+      std::mt19937 rng(99 + d + int(stride));
+      std::vector<uint16_t> bits(size_t(kBatch) * kHeadsPerBatch * kTokens * stride);
+      for (uint16_t& b : bits) b = to_bits(float(int(rng() % 255) - 127) / 32.0f, ElementType::kBf16);
+      const DeviceBuffer rows = testing::upload(bits);
+      masks::QkLayout qk;
+      qk.k = rows.as<uint16_t>();
+      qk.batch = kBatch;
+      qk.heads = kHeadsPerBatch;
+      qk.tokens = kTokens;
+      qk.head_dim = d;
+      qk.k_token_stride = stride;
+      qk.k_head_stride = kTokens * stride;
+      qk.k_batch_stride = kHeadsPerBatch * kTokens * stride;
+      const size_t per_head = size_t(blocks) * d;
+      DeviceBuffer together(kHeads * per_head * sizeof(float)), alone(kHeads * per_head * sizeof(float));
+      WA_CUDA_OK(cudaMemset(together.get(), 0xFF, together.bytes()));  // NaN poison
+      const DeviceBuffer flags = testing::upload(enabled);
+      masks::PoolParams all;
+      all.rows = masks::head_rows(qk, true, kFirst);
+      all.heads = kHeads;
+      all.tokens = kTokens;
+      all.head_dim = d;
+      all.block = kBlock;
+      all.means = together.as<float>();
+      all.enabled = flags.as<uint8_t>();
+      masks::launch_pool_blocks(all, nullptr);
+      for (int h = 0; h < kHeads; ++h) {
+        masks::PoolParams one = all;
+        one.rows = masks::single_head_rows(qk.k_head(kFirst + h), stride);
+        one.heads = 1;
+        one.enabled = nullptr;
+        one.means = alone.as<float>() + h * per_head;
+        masks::launch_pool_blocks(one, nullptr);
+      }
+      WA_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(kHeads * per_head), expected(kHeads * per_head);
+      cudaMemcpy(got.data(), together.get(), together.bytes(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(expected.data(), alone.get(), alone.bytes(), cudaMemcpyDeviceToHost);
+      for (int h = 0; h < kHeads; ++h) {
+        const std::vector<float> head_got(got.begin() + h * per_head, got.begin() + (h + 1) * per_head);
+        const std::vector<float> head_expected(expected.begin() + h * per_head, expected.begin() + (h + 1) * per_head);
+        if (enabled[size_t(h)]) {
+          EXPECT_EQ(head_got, head_expected) << "head " << h;
+        } else {
+          EXPECT_TRUE(std::all_of(head_got.begin(), head_got.end(), [](float x) { return std::isnan(x); }))
+              << "head " << h << " is disabled and must keep its poison";
+        }
+      }
+      // Spot check against the host: head 0 (mask head 1), block 0, column 5.
+      double sum = 0;
+      for (int t = 0; t < kBlock; ++t)
+        sum += testing::from_bits(bits[size_t(kTokens * stride + t * stride + 5)], ElementType::kBf16);
+      EXPECT_NEAR(got[5], sum / kBlock, 1e-5);  // 64 values of magnitude < 4 in fp32
+    }
+  }
+}
+
+// launch_gather_rows: one launch copies the sampled rows of every head (mask heads 2-4 of a [2, 2, 50, 24]
+// tensor at token stride 27, so the heads cross a batch) into [heads, count, head_dim], rows in the order of
+// `positions`.
+TEST(MaskPooling, GatherCopiesEveryHeadsRowsInOneLaunch) {
+  WA_REQUIRE_GPU();
+  constexpr int kHeadsPerBatch = 2, kFirst = 1, kHeads = 3, kDim = 24, kCount = 5;
+  constexpr int64_t kTokens = 50, kStride = 27;
+  std::vector<uint16_t> bits(size_t(2 * kHeadsPerBatch) * kTokens * kStride);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i * 2654435761u >> 16);
+  const std::vector<int64_t> positions = {49, 0, 17, 17, 3};
+  const DeviceBuffer rows = testing::upload(bits), device_positions = testing::upload(positions);
+  masks::QkLayout qk;
+  qk.q = rows.as<uint16_t>();
+  qk.heads = kHeadsPerBatch;
+  qk.tokens = kTokens;
+  qk.head_dim = kDim;
+  qk.q_token_stride = kStride;
+  qk.q_head_stride = kTokens * kStride;
+  qk.q_batch_stride = kHeadsPerBatch * kTokens * kStride;
+  DeviceBuffer out(size_t(kHeads) * kCount * kDim * sizeof(uint16_t));
+  masks::launch_gather_rows(masks::head_rows(qk, false, kFirst), kHeads, kDim, device_positions.as<int64_t>(),
+                            kCount, out.as<uint16_t>(), nullptr);
+  std::vector<uint16_t> got(size_t(kHeads) * kCount * kDim);
+  WA_CUDA_OK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  for (int h = 0; h < kHeads; ++h)
+    for (int r = 0; r < kCount; ++r)
+      for (int c = 0; c < kDim; ++c) {
+        const size_t from = size_t(kFirst + h) * kTokens * kStride + size_t(positions[size_t(r)]) * kStride + c;
+        ASSERT_EQ(got[(size_t(h) * kCount + r) * kDim + c], bits[from]) << "head " << h << " row " << r;
+      }
 }
 
 // FlexPrefill's pooled block map (pooled_map.cu) against an fp64 host product, for the heads whose flag is set
@@ -716,6 +864,7 @@ TEST_P(FusedScoring, MatchesTheHostComputationAndRepeatsBitForBit) {
     // NaN bytes first: every entry must be written.
     cudaMemset(columns.get(), 0xFF, columns.bytes());
     cudaMemset(diagonal_sums.get(), 0xFF, diagonal_sums.bytes());
+    masks::gather_sampled_runs(context, 0, kHeads, scratch);
     masks::score_sampled_runs(context, 0, kHeads, scratch, c.two_sided, float(weight), columns.as<float>(),
                               diagonal_sums.as<float>());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);

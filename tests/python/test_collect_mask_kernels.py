@@ -107,3 +107,14 @@ def test_a_source_page_without_the_executed_column_is_refused(tmp_path):
     (tmp_path / "source.csv").write_text('"Address","Source"\n"0x10","HMMA R4, R8, R12, R4"\n')
     result = run(tmp_path)
     assert result.returncode != 0 and "instructions executed" in result.stderr
+
+
+def test_short_name_reads_ncu_and_cupti_names():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from collect_mask_kernels import short_name
+
+    assert short_name(PASS1) == "fused_tile_kernel<__nv_bfloat16, 128, false>"
+    cupti = ("void wavealign::cuda::masks::(anonymous namespace)::pool_kernel<4, true, false>"
+             "(wavealign::cuda::masks::PoolParams)")
+    assert short_name(cupti) == "pool_kernel<4, true, false>"
+    assert short_name("wavealign::cuda::masks::(anonymous namespace)::select_kernel(SelectParams)") == "select_kernel"

@@ -23,22 +23,29 @@ constexpr int kThreads = 256;
 constexpr int kDotColumns = 32;  // estimate_kernel's key-mean tile: 256 x 33 floats, 33 KB
 
 // Vertical blocks: the sum of the vertical distribution over each key block. Slash blocks: the sum of the
-// slash distribution over the token offsets that pool into each block offset (slash_block_offset), in
-// ascending offset order. One thread per (head, output).
+// slash distribution over the token offsets that pool into each block offset (slash_block_offset), a range of
+// consecutive diagonal indices. One warp per (head, output), its lanes reading consecutive values and summing
+// by a fixed butterfly: with one thread per output summing its range in order, each warp's loads touched 32
+// lines 512 bytes apart (218 us for 40 heads at 363,600 tokens on the H200, for 174 MB of distributions).
 __global__ void pool_distributions_kernel(const float* __restrict__ vertical, const float* __restrict__ slash,
                                           int heads, int64_t tokens, int blocks, int block, bool two_sided,
                                           float* __restrict__ vertical_blocks, float* __restrict__ slash_blocks) {
   const int64_t offsets = two_sided ? 2 * int64_t(blocks) - 1 : blocks;
   const int64_t diagonals = methods::diagonal_count(tokens, two_sided);
-  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= int64_t(heads) * offsets) return;
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t item = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (item >= int64_t(heads) * offsets) return;  // whole warps: blockDim.x is a multiple of 32
   const int64_t head = item / offsets, index = item % offsets;
-  if (index < blocks) {
-    const int64_t first = index * block, last = min(tokens, first + block);
-    const float* distribution = vertical + head * tokens;
+  // The sum of values[first .. last] (inclusive) over the warp.
+  auto warp_range_sum = [lane](const float* values, int64_t first, int64_t last) {
     float sum = 0;
-    for (int64_t k = first; k < last; ++k) sum += distribution[k];
-    vertical_blocks[head * blocks + index] = sum;
+    for (int64_t k = first + lane; k <= last; k += 32) sum += values[k];
+    return warp_reduce(sum, SumOp{});
+  };
+  if (index < blocks) {
+    const int64_t first = index * block, last = min(tokens, first + block) - 1;
+    const float sum = warp_range_sum(vertical + head * tokens, first, last);
+    if (lane == 0) vertical_blocks[head * blocks + index] = sum;
   }
   const int64_t offset = methods::diagonal_offset(index, blocks, two_sided);
   int64_t low, high;
@@ -54,11 +61,9 @@ __global__ void pool_distributions_kernel(const float* __restrict__ vertical, co
   }
   low = max(low, two_sided ? -(tokens - 1) : int64_t(0));
   high = min(high, tokens - 1);
-  const float* distribution = slash + head * diagonals;
-  float sum = 0;
-  for (int64_t delta = low; delta <= high; ++delta)
-    sum += distribution[methods::diagonal_index(delta, tokens, two_sided)];
-  slash_blocks[head * offsets + index] = sum;
+  const float sum = warp_range_sum(slash + head * diagonals, methods::diagonal_index(low, tokens, two_sided),
+                                   methods::diagonal_index(high, tokens, two_sided));
+  if (lane == 0) slash_blocks[head * offsets + index] = sum;
 }
 
 // Per head of the group (one thread block each): h-th slices of these arrays.
@@ -150,22 +155,26 @@ __global__ void decide_kernel(DecisionParams params) {
   params.slash_blocks[head * params.offsets + params.main_diagonal] = INFINITY;
 }
 
-// Row I = blockIdx.x of head blockIdx.y of the group's mask, its key blocks J strided over the thread block:
-// set when key block J or block diagonal I - J is selected. (One thread per byte over the flat index paid
-// three 64-bit divisions each, 440 us for 8 heads' 64.6 M bytes; one per thread for its row's head, 238 us;
-// here none, and a thread's row setup serves ~11 bytes.)
+// Rows kBlocksRows x blockIdx.x .. of head blockIdx.y of the group's mask, the key blocks J of each strided
+// over the thread block: set when key block J or block diagonal I - J is selected. (One thread per byte over
+// the flat index paid three 64-bit divisions each, 440 us for 8 heads' 64.6 M bytes; one thread block per row,
+// 113,640 short blocks for 40 heads at 2,841 blocks, 319 us on the H200, 253 us at 16 rows a block; a thread's
+// row setup serves ~11 bytes, and the flags stay in L1 across the block's rows.)
+constexpr int kBlocksRows = 16;
 __global__ void blocks_kernel(const uint8_t* __restrict__ vertical_flags, const uint8_t* __restrict__ slash_flags,
                               int blocks, bool two_sided, uint8_t* __restrict__ dense) {
-  const int I = int(blockIdx.x);
   const int64_t head = blockIdx.y;
   const int64_t offsets = two_sided ? 2 * int64_t(blocks) - 1 : blocks;
   const uint8_t* vertical = vertical_flags + head * blocks;
   const uint8_t* slash = slash_flags + head * offsets;
-  uint8_t* row = dense + (head * blocks + I) * int64_t(blocks);
-  for (int J = int(threadIdx.x); J < blocks; J += int(blockDim.x)) {
-    const int offset = I - J;
-    const bool on_slash = (two_sided || offset >= 0) && slash[methods::diagonal_index(offset, blocks, two_sided)];
-    if (vertical[J] || on_slash) row[J] = 1;
+  const int first = int(blockIdx.x) * kBlocksRows, last = min(blocks, first + kBlocksRows);
+  for (int I = first; I < last; ++I) {
+    uint8_t* row = dense + (head * blocks + I) * int64_t(blocks);
+    for (int J = int(threadIdx.x); J < blocks; J += int(blockDim.x)) {
+      const int offset = I - J;
+      const bool on_slash = (two_sided || offset >= 0) && slash[methods::diagonal_index(offset, blocks, two_sided)];
+      if (vertical[J] || on_slash) row[J] = 1;
+    }
   }
 }
 
@@ -234,38 +243,47 @@ void run_flexprefill(RunContext& context) {
   launch_sampled_positions(positions, sampled, tokens, options.query_sample, block, representative, context.stream);
   const int64_t low = std::max<int64_t>(1, (options.min_budget + block - 1) / block);
   const int64_t cap = options.max_budget > 0 ? (options.max_budget + block - 1) / block : INT64_MAX;
-  // Block means of one head's rows (K or Q), only where `enabled` (a device flag, or null: always) is set.
-  auto pool_block_means = [&](const uint16_t* rows, int64_t token_stride, float* means, const uint8_t* enabled) {
+  // Block means of the group's heads (K or Q) in one launch, head h only where enabled[h] is set (a device
+  // flag; null: every head), on `stream`.
+  auto pool_block_means = [&](bool keys, int first, int heads, float* means, const uint8_t* enabled,
+                              cudaStream_t stream) {
     PoolParams pool;
-    pool.rows = rows;
-    pool.token_stride = token_stride;
+    pool.rows = head_rows(qk, keys, first);
+    pool.heads = heads;
     pool.tokens = tokens;
     pool.head_dim = d;
     pool.block = block;
     pool.element_type = qk.element_type;
     pool.means = means;
     pool.enabled = enabled;
-    launch_pool_blocks(pool, context.stream);
+    launch_pool_blocks(pool, stream);
   };
   for (int first = 0; first < context.mask_heads; first += group) {
     const int heads = std::min(group, context.mask_heads - first);
     uint8_t* group_mask = context.dense + int64_t(first) * map_entries;
-    // The distributions (the group's heads together on the fused path), then per head the mean sampled query
-    // and the block means of K (those of Q only after the decision: only query-aware heads read them).
+    // The block means of K on the side stream, beside the scoring passes (fused path) or the per-head
+    // scoring: those are bound by the tensor cores and the exp2s, the pooling by HBM (3.7 GB of K for 40 heads
+    // at 363,600 tokens: 0.88 ms on the H200 when it ran alone, 6 % of the layer's mask; beside the passes it
+    // ends within the first 7 ms of the 11 ms of scoring). The side stream's least priority keeps waiting
+    // pooling blocks behind the passes' (pass 1 at two CTAs per SM leaves registers for two pooling blocks).
+    // Forked after the gather: pooling blocks that fill the SMs first hold back whatever starts next until
+    // they retire (the gather took 400 us instead of 110). The fork follows the previous group's work, which
+    // reads key_means.
+    if (fused) gather_sampled_runs(context, first, heads, fused_scratch);
+    side_fork(context);
+    pool_block_means(true, first, heads, key_means, nullptr, context.side_stream);
+    // The distributions (the group's heads together on the fused path), then the mean sampled query of each
+    // head (the block means of Q only after the decision: only query-aware heads read them).
     const float weight = 1.0f / float(sampled);
     if (fused) {
       score_sampled_runs(context, first, heads, fused_scratch, options.two_sided, weight, vertical, slash);
       // The group's gathered rows lie head after head: one launch for every head's mean.
       launch_row_mean(fused_scratch.rows, sampled, d, qk.element_type, query_mean, context.stream, heads);
     }
-    for (int h = 0; h < heads; ++h) {
-      const int m = first + h;
-      if (!fused) {
-        score_sampled_queries(context, m, scratch, options.two_sided, weight, vertical + int64_t(h) * tokens,
-                              slash + int64_t(h) * diagonals);
-        launch_row_mean(scratch.rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
-      }
-      pool_block_means(qk.k_head(m), qk.k_token_stride, key_means + int64_t(h) * blocks * d, nullptr);
+    for (int h = 0; !fused && h < heads; ++h) {
+      score_sampled_queries(context, first + h, scratch, options.two_sided, weight, vertical + int64_t(h) * tokens,
+                            slash + int64_t(h) * diagonals);
+      launch_row_mean(scratch.rows, sampled, d, qk.element_type, query_mean + int64_t(h) * d, context.stream);
     }
     // Coverage counts: the longest prefix within gamma, plus the token that crosses it.
     for (auto [values, length, counts] : {std::tuple{vertical, tokens, vertical_tokens},
@@ -279,10 +297,11 @@ void run_flexprefill(RunContext& context) {
       coverage.scratch = select_scratch;
       launch_select(coverage, context.stream);
     }
-    pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets, kThreads), kThreads, 0, context.stream>>>(
+    pool_distributions_kernel<<<grid_for(int64_t(heads) * offsets * 32, kThreads), kThreads, 0, context.stream>>>(
         vertical, slash, heads, tokens, blocks, block, options.two_sided, vertical_blocks, slash_blocks);
     WA_CUDA_CHECK(cudaGetLastError());
 
+    side_join(context);  // the key means
     estimate_kernel<<<dim3(unsigned((blocks + kThreads - 1) / kThreads), unsigned(heads)), kThreads, 0,
                       context.stream>>>(query_mean, key_means, blocks, d, float(context.scale), estimate);
     WA_CUDA_CHECK(cudaGetLastError());
@@ -312,15 +331,15 @@ void run_flexprefill(RunContext& context) {
     flag_top_per_row(vertical_blocks, heads, blocks, vertical_flags, 0, vertical_budget, select_scratch,
                      context.stream);
     flag_top_per_row(slash_blocks, heads, offsets, slash_flags, 0, slash_budget, select_scratch, context.stream);
-    blocks_kernel<<<dim3(unsigned(blocks), unsigned(heads)), kThreads, 0, context.stream>>>(
+    blocks_kernel<<<dim3(unsigned((blocks + kBlocksRows - 1) / kBlocksRows), unsigned(heads)), kThreads, 0,
+                    context.stream>>>(
         vertical_flags, slash_flags, blocks, options.two_sided, group_mask);
     WA_CUDA_CHECK(cudaGetLastError());
 
     // Query-aware heads: the pooled block map's global coverage of gamma x query blocks (crossing excluded).
     // The block means of Q and the map only for them (the decision's flags, on the device): the other heads'
     // maps are neither computed nor read (the row softmax and the selection skip them too).
-    for (int h = 0; h < heads; ++h)
-      pool_block_means(qk.q_head(first + h), qk.q_token_stride, query_means + int64_t(h) * blocks * d, query_aware + h);
+    pool_block_means(false, first, heads, query_means, query_aware, context.stream);
     launch_pooled_map(query_means, key_means, blocks, d, float(context.scale), query_aware, block_map, heads,
                       context.stream);
     launch_row_softmax(block_map, blocks, blocks, int64_t(heads) * blocks, context.stream, query_aware, blocks);

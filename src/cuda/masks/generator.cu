@@ -53,6 +53,40 @@ struct Regions {
   masks::CsrScratch csr;
 };
 
+// The streams and events of MaskGenerator::run. `work` has the device's greatest priority and `side` its
+// least, so that the block scheduler dispatches a waiting block of `work` before one of `side`: side work
+// (FlexPrefill's K pooling, bound by HBM) then only fills the SM resources that the scoring passes (bound by
+// the tensor cores and the exp2s) leave free, and never delays them. Both are non-blocking: a caller on the
+// legacy default stream is ordered by the events alone.
+struct RunStreams {
+  cudaStream_t work = nullptr, side = nullptr;
+  cudaEvent_t entry = nullptr, exit = nullptr, fork = nullptr, join = nullptr;
+  RunStreams() {
+    try {
+      int least = 0, greatest = 0;
+      WA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      WA_CUDA_CHECK(cudaStreamCreateWithPriority(&work, cudaStreamNonBlocking, greatest));
+      WA_CUDA_CHECK(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, least));
+      for (cudaEvent_t* event : {&entry, &exit, &fork, &join})
+        WA_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  RunStreams(const RunStreams&) = delete;
+  RunStreams& operator=(const RunStreams&) = delete;
+  ~RunStreams() { release(); }
+
+ private:
+  void release() {
+    for (cudaEvent_t event : {entry, exit, fork, join})
+      if (event) cudaEventDestroy(event);
+    for (cudaStream_t stream : {work, side})
+      if (stream) cudaStreamDestroy(stream);
+  }
+};
+
 Regions carve_common(masks::WorkspaceCarver& carver, int mask_heads, int blocks) {
   Regions regions;
   regions.blas = carver.take<uint8_t>(masks::kBlasWorkspaceBytes);
@@ -74,6 +108,7 @@ MaskGenerator::MaskGenerator(const MethodConfig& config, int batch, int heads, i
 
 MaskGenerator::~MaskGenerator() {
   if (blas_) cublasDestroy(static_cast<cublasHandle_t>(blas_));
+  delete static_cast<RunStreams*>(streams_);
 }
 
 int MaskGenerator::q_blocks() const { return blocks_for(tokens_, config_.block); }
@@ -119,13 +154,19 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
   WA_CHECK_ARG(workspace != nullptr && workspace_size >= needed, "workspace", "has ", workspace_size,
                " bytes, the generator needs ", needed);
 
-  const cudaStream_t cuda_stream = reinterpret_cast<cudaStream_t>(stream);
+  const cudaStream_t caller_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!blas_) {
     cublasHandle_t handle = nullptr;
     if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
     blas_ = handle;
   }
   const auto blas = static_cast<cublasHandle_t>(blas_);
+  if (!streams_) streams_ = new RunStreams();
+  const RunStreams& streams = *static_cast<RunStreams*>(streams_);
+  // The caller's earlier work first; everything below on the run's own stream, joined back at the end.
+  WA_CUDA_CHECK(cudaEventRecord(streams.entry, caller_stream));
+  WA_CUDA_CHECK(cudaStreamWaitEvent(streams.work, streams.entry, 0));
+  const cudaStream_t cuda_stream = streams.work;
   masks::WorkspaceCarver carver(workspace);
   const Regions regions = carve_common(carver, mask_heads(), q_blocks());
   if (cublasSetStream(blas, cuda_stream) != CUBLAS_STATUS_SUCCESS ||
@@ -146,6 +187,9 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
     context.dense = outputs.dense;
     context.blas = blas;
     context.stream = cuda_stream;
+    context.side_stream = streams.side;
+    context.fork_event = streams.fork;
+    context.join_event = streams.join;
     context.workspace = &carver;
     run_method(context);
   }
@@ -154,7 +198,23 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
     masks::launch_csr(outputs.dense, mask_heads(), blocks, regions.csr, outputs.row_ptr, outputs.col_idx,
                       outputs.col_capacity, cuda_stream);
   }
+  WA_CUDA_CHECK(cudaEventRecord(streams.exit, cuda_stream));
+  WA_CUDA_CHECK(cudaStreamWaitEvent(caller_stream, streams.exit, 0));
 }
+
+namespace masks {
+
+void side_fork(const RunContext& context) {
+  WA_CUDA_CHECK(cudaEventRecord(context.fork_event, context.stream));
+  WA_CUDA_CHECK(cudaStreamWaitEvent(context.side_stream, context.fork_event, 0));
+}
+
+void side_join(const RunContext& context) {
+  WA_CUDA_CHECK(cudaEventRecord(context.join_event, context.side_stream));
+  WA_CUDA_CHECK(cudaStreamWaitEvent(context.stream, context.join_event, 0));
+}
+
+}  // namespace masks
 
 bool has_device() {
   int devices = 0;

@@ -66,9 +66,19 @@ struct RunContext {
   uint8_t* dense = nullptr;  // [mask_heads, blocks, blocks], zeroed before the method runs
   BlasHandle blas = nullptr;
   cudaStream_t stream = nullptr;
+  // A second stream for work that may run beside the main stream's (side_fork / side_join below), and the
+  // two events that order it.
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
   WorkspaceCarver* workspace = nullptr;
   bool measuring = false;
 };
+
+/// side_fork: the side stream waits for everything queued on the main stream so far (work queued on it next
+/// runs beside the main stream's). side_join: the main stream waits for everything queued on the side stream.
+/// Both are events on the streams, so they hold under graph capture too (the side stream joins the capture).
+void side_fork(const RunContext& context);
+void side_join(const RunContext& context);
 
 /// Heads that MInference and FlexPrefill score one by one and then select together (one thread block per head
 /// in each selection launch): as many as fit kHeadGroupBytes of their per-head buffers (all 40 heads of a
@@ -214,8 +224,8 @@ inline bool fused_scoring_supported(int head_dim) { return head_dim == 64 || hea
 
 /// Scratch of score_sampled_runs for a group of `heads` heads: the positions and the gathered rows of every
 /// head ([heads, rows, head_dim]), and the per-tile partials and row statistics of `batch_heads` heads, the
-/// heads one launch scores (as many as fit MaskGenerator::kLogitChunkBytes, the logits chunk this replaces:
-/// 23 heads of 512 rows at 363,600 tokens).
+/// heads one launch scores (as many as fit 2 GiB, fused_scores.cu's kFusedBatchBytes: 46 heads of 512 rows at
+/// 363,600 tokens).
 struct FusedScratch {
   FusedRowBlocks blocks;
   int heads = 0;
@@ -234,19 +244,47 @@ struct FusedScratch {
 };
 FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const FusedRowBlocks& blocks, int64_t tokens,
                                  int head_dim);
-/// score_sampled_queries for mask heads first_head .. first_head + heads - 1 (heads <= scratch.heads) whose
-/// sampled rows are scratch.blocks: gathers their rows, then columns [heads, tokens] and diagonals [heads,
-/// diagonal_count], both overwritten. Head dimensions of fused_scoring_supported, K rows at any stride.
+/// The sampled rows (scratch.positions) of Q's mask heads first_head .. first_head + heads - 1 (heads <=
+/// scratch.heads) into scratch.rows, head after head, in one launch.
+void gather_sampled_runs(const RunContext& context, int first_head, int heads, const FusedScratch& scratch);
+/// score_sampled_queries for those heads, their rows gathered (gather_sampled_runs): columns [heads, tokens]
+/// and diagonals [heads, diagonal_count], both overwritten. Head dimensions of fused_scoring_supported, K rows
+/// at any stride.
 void score_sampled_runs(RunContext& context, int first_head, int heads, const FusedScratch& scratch, bool two_sided,
                         float weight, float* columns, float* diagonals);
 
-// ---- pooling.cu: block means and the self-similarity test, straight from one head's bf16/fp16 rows ----
+// ---- pooling.cu: block means and the self-similarity test, straight from bf16/fp16 rows ----
+/// The rows of the heads of one launch: head y of the launch is mask head first_head + y (m = b x
+/// heads_per_batch + h), its token t at head(y) + t x token_stride. The defaults describe one head at `base`.
+struct HeadRows {
+  const uint16_t* base = nullptr;
+  int64_t token_stride = 0, head_stride = 0, batch_stride = 0;
+  int first_head = 0, heads_per_batch = 1;
+  WA_HOST_DEVICE const uint16_t* head(int y) const {
+    const int m = first_head + y;
+    return base + int64_t(m / heads_per_batch) * batch_stride + int64_t(m % heads_per_batch) * head_stride;
+  }
+  /// Whether every token of every head starts at a multiple of `elements` elements (vector loads).
+  bool aligned_to(int64_t elements) const;
+};
+/// The rows of Q (keys false) or K (keys true) from mask head `first` on.
+HeadRows head_rows(const QkLayout& qk, bool keys, int first);
+/// One head's rows at `rows`.
+inline HeadRows single_head_rows(const uint16_t* rows, int64_t token_stride) {
+  HeadRows out;
+  out.base = rows;
+  out.token_stride = token_stride;
+  return out;
+}
+
 /// Per block of `block` rows: the mean row (fp32 [blocks, head_dim]) and, when `similar` is set, whether the
 /// mean cosine of all row pairs (diagonal included) exceeds theta; `shift` (fp32 [head_dim], may be null) is
 /// subtracted from every row first; with partial_not_similar a partial last block is never similar.
+/// One launch pools `heads` heads of `rows`: head y's outputs at means + y * blocks * head_dim and similar + y *
+/// blocks, its flag at enabled[y].
 struct PoolParams {
-  const uint16_t* rows = nullptr;
-  int64_t token_stride = 0;
+  HeadRows rows;
+  int heads = 1;
   int64_t tokens = 0;
   int head_dim = 0;
   int block = 0;
@@ -256,16 +294,17 @@ struct PoolParams {
   float theta = 0;
   uint8_t* similar = nullptr;
   bool partial_not_similar = false;
-  const uint8_t* enabled = nullptr;  // device flag: pool only if nonzero (null: always), read by every block
+  const uint8_t* enabled = nullptr;  // device flags [heads]: pool head y only if enabled[y] != 0 (null: always)
 };
 void launch_pool_blocks(const PoolParams& params, cudaStream_t stream);
 /// The mean of one head's rows over the whole sequence (fp32 [head_dim]); `partial` holds
 /// sequence_mean_partials(tokens) x head_dim floats of scratch.
 int64_t sequence_mean_partials(int64_t tokens);
 void launch_sequence_mean(const PoolParams& params, float* partial, float* mean, cudaStream_t stream);
-/// Copies rows positions[r] (r < count) of one head into out[r, :] (contiguous, same element type).
-void launch_gather_rows(const uint16_t* rows, int64_t token_stride, int head_dim, const int64_t* positions,
-                        int count, uint16_t* out, cudaStream_t stream);
+/// Copies rows positions[r] (r < count) of each of `heads` heads into out[y, r, :] (contiguous, same element
+/// type), one launch for all.
+void launch_gather_rows(const HeadRows& rows, int heads, int head_dim, const int64_t* positions, int count,
+                        uint16_t* out, cudaStream_t stream);
 /// The mean of `count` contiguous rows of `dim` 16-bit values, fp32 [dim] (rows in order); for `groups` such
 /// row sets one after another (count x dim values each), one mean each, out [groups, dim].
 void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream,

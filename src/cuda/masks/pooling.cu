@@ -35,39 +35,48 @@ __device__ inline float to_float(uint16_t bits, ElementType type) {
   return type == ElementType::kBf16 ? element_to_float<__nv_bfloat16>(bits) : element_to_float<__half>(bits);
 }
 
-// Warp `warp`'s rows first + warp, first + warp + 4, ... < last in order: per lane, columns lane + 32 e (e <
-// kColumns, those < head_dim valid) of each row, minus the shift, into the column sums and, scaled by the
-// row's inverse norm, the unit-row sums. The element type, the valid columns and the shift are fixed before
-// the loop: decided per element (a type branch, a column test and a shift test for each of 8 column slots),
-// the loop was 283 SASS instructions per row, and at an estimated ~140 executed per row and warp the kernel
-// is issue-bound (363,600 rows per head: ~65 us of issue over 132 SMs x 4 schedulers at ncu's clock, 76 us
-// measured). At head_dim 128 the loop is now 116 instructions per two rows.
+// The kColumns 16-bit elements at `source` as one load when kVector (2, 4 or 8 elements: 4, 8 or 16 bytes,
+// aligned: launch_pool_blocks checks), else one load each.
+template <int kColumns, bool kVector>
+__device__ inline void load_columns(const uint16_t* source, uint16_t (&bits)[kColumns]) {
+  if constexpr (kVector) {
+    using Vector = std::conditional_t<kColumns == 2, uint32_t, std::conditional_t<kColumns == 4, uint2, uint4>>;
+    static_assert(sizeof(Vector) == kColumns * sizeof(uint16_t), "one vector of kColumns elements");
+    const Vector word = *reinterpret_cast<const Vector*>(source);
+    memcpy(bits, &word, sizeof(word));
+  } else {
+#pragma unroll
+    for (int e = 0; e < kColumns; ++e) bits[e] = source[e];
+  }
+}
+
+// Warp `warp`'s rows first + warp, first + warp + 4, ... < last in order: per lane, columns kColumns x lane +
+// e (e < kColumns; head_dim is a multiple of kColumns, so a lane's columns are all valid or all past
+// head_dim) of each row, minus the shift, into the column sums and, scaled by the row's inverse norm, the
+// unit-row sums. A lane's columns are adjacent so that one vector load takes them: with a lane's columns 32
+// apart (lane + 32 e), 4 two-byte loads per row and lane, the means-only loop was 116 SASS instructions per
+// two rows at head_dim 128 and set the kernel's pace (37 us per head of 363,600 rows at ncu's clock, 2.5 TB/s).
+// Every column still sums its rows in the same order, so the means keep their bits.
 //
 // kSimilarity false (FlexPrefill: means only, no `similar` output) drops the unit rows: their norm's 5-shuffle
-// reduction and rsqrt were a dependent chain per row that set the loop's pace; the column sums are the same
-// operations in the same order, so the same bits.
-template <class Element, int kColumns, bool kSimilarity>
-__device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t last, int warp, int lane,
-                                float (&sum)[kMaxLaneColumns], float (&unit)[kMaxLaneColumns]) {
-  bool valid[kColumns];
+// reduction and rsqrt were a dependent chain per row that set the loop's pace.
+template <class Element, int kColumns, bool kVector, bool kSimilarity>
+__device__ inline void add_rows(const PoolParams& params, const uint16_t* rows, int64_t first, int64_t last,
+                                int warp, int lane, float (&sum)[kColumns], float (&unit)[kColumns]) {
+  const int column = lane * kColumns;
+  const bool valid = column < params.head_dim;  // every lane stays in the loop: the norm's shuffles need all 32
   float shift[kColumns];
 #pragma unroll
-  for (int e = 0; e < kColumns; ++e) {
-    const int c = lane + 32 * e;
-    valid[e] = c < params.head_dim;
-    shift[e] = valid[e] && params.shift ? params.shift[c] : 0.0f;
-  }
+  for (int e = 0; e < kColumns; ++e) shift[e] = valid && params.shift ? params.shift[column + e] : 0.0f;
 #pragma unroll(kSimilarity ? 1 : 4)
   for (int64_t t = first + warp; t < last; t += kPoolWarps) {
-    const uint16_t* row = params.rows + t * params.token_stride + lane;
+    uint16_t bits[kColumns] = {};
+    if (valid) load_columns<kColumns, kVector>(rows + t * params.rows.token_stride + column, bits);
     float x[kColumns], norm = 0;
 #pragma unroll
     for (int e = 0; e < kColumns; ++e) {
-      x[e] = 0;
-      if (valid[e]) {
-        x[e] = element_to_float<Element>(row[32 * e]) - shift[e];
-        if constexpr (kSimilarity) norm += x[e] * x[e];
-      }
+      x[e] = valid ? element_to_float<Element>(bits[e]) - shift[e] : 0.0f;
+      if constexpr (kSimilarity) norm += x[e] * x[e];
     }
     if constexpr (kSimilarity) {
 #pragma unroll
@@ -81,36 +90,38 @@ __device__ inline void add_rows(const PoolParams& params, int64_t first, int64_t
   }
 }
 
-// One block of 4 warps per pooled block: warp w takes rows w, w + 4, ...; lane l holds columns l + 32 e
-// (kColumns = head_dim / 32 rounded up: 2, 4 or 8). The sum of the normalised rows gives the self-similarity:
-// the mean of all pairwise cosines (diagonal included) is |sum of unit rows|^2 / n^2. A zero row normalises to
-// zero. (Staging 32 rows at a time in shared memory by 16-byte loads, or keeping 4 rows' loads in flight per
-// warp, did not help on the H200: 98 and 96 us per head against 76 us, both with more instructions per row.)
-template <int kColumns, bool kSimilarity>
+// One block of 4 warps per pooled block (grid x) and head (grid y): warp w takes rows w, w + 4, ...; lane l
+// holds columns kColumns l .. kColumns l + kColumns - 1 (kColumns = 2, 4 or 8 for head_dim <= 64, 128, 256).
+// The sum of the normalised rows gives the self-similarity: the mean of all pairwise cosines (diagonal
+// included) is |sum of unit rows|^2 / n^2. A zero row normalises to zero. (Staging 32 rows at a time in shared
+// memory by 16-byte loads, or keeping 4 rows' loads in flight per warp, did not help on the H200: 98 and 96 us
+// per head against 76 us, both with more instructions per row.)
+template <int kColumns, bool kVector, bool kSimilarity>
 __global__ void pool_kernel(PoolParams params) {
-  __shared__ float sums[kPoolWarps][256];
-  __shared__ float units[kPoolWarps][256];
+  __shared__ float sums[kPoolWarps][32 * kColumns];
+  __shared__ float units[kSimilarity ? kPoolWarps : 1][32 * kColumns];
   __shared__ float similarity_parts[kPoolWarps];
-  if (params.enabled != nullptr && *params.enabled == 0) return;  // the whole grid alike, before any barrier
+  const int head = int(blockIdx.y);
+  if (params.enabled != nullptr && params.enabled[head] == 0) return;  // the whole block alike, before any barrier
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int block = blockIdx.x, d = params.head_dim;
   const int64_t first = int64_t(block) * params.block;
   const int64_t last = first + params.block < params.tokens ? first + params.block : params.tokens;
-  float sum[kMaxLaneColumns] = {}, unit[kMaxLaneColumns] = {};
+  float sum[kColumns] = {}, unit[kColumns] = {};
+  const uint16_t* rows = params.rows.head(head);
   if (params.element_type == ElementType::kBf16) {
-    add_rows<__nv_bfloat16, kColumns, kSimilarity>(params, first, last, warp, lane, sum, unit);
+    add_rows<__nv_bfloat16, kColumns, kVector, kSimilarity>(params, rows, first, last, warp, lane, sum, unit);
   } else {
-    add_rows<__half, kColumns, kSimilarity>(params, first, last, warp, lane, sum, unit);
+    add_rows<__half, kColumns, kVector, kSimilarity>(params, rows, first, last, warp, lane, sum, unit);
   }
 #pragma unroll
-  for (int e = 0; e < kMaxLaneColumns; ++e) {
-    const int c = lane + 32 * e;
-    if (c < 256) {
-      sums[warp][c] = sum[e];
-      if constexpr (kSimilarity) units[warp][c] = unit[e];
-    }
+  for (int e = 0; e < kColumns; ++e) {
+    sums[warp][lane * kColumns + e] = sum[e];
+    if constexpr (kSimilarity) units[warp][lane * kColumns + e] = unit[e];
   }
   __syncthreads();
+  const int64_t blocks = (params.tokens + params.block - 1) / params.block;
+  float* means = params.means + (int64_t(head) * blocks + block) * d;
   const float n = float(last - first);
   float part = 0;
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -119,7 +130,7 @@ __global__ void pool_kernel(PoolParams params) {
       total += sums[w][c];
       if constexpr (kSimilarity) unit_total += units[w][c];
     }
-    params.means[int64_t(block) * d + c] = total / n;
+    means[c] = total / n;
     part += unit_total * unit_total;
   }
   if constexpr (kSimilarity) {
@@ -132,19 +143,21 @@ __global__ void pool_kernel(PoolParams params) {
       for (int w = 0; w < kPoolWarps; ++w) similarity += similarity_parts[w];
       similarity /= n * n;
       const bool partial = last - first < params.block;
-      params.similar[block] = similarity > params.theta && !(params.partial_not_similar && partial);
+      params.similar[int64_t(head) * blocks + block] =
+          similarity > params.theta && !(params.partial_not_similar && partial);
     }
   }
 }
 
 // Column sums of one chunk of tokens (thread c of the block sums column c over the chunk's rows in order).
 __global__ void mean_partial_kernel(PoolParams params, float* __restrict__ partial) {
+  const uint16_t* rows = params.rows.head(0);
   const int64_t first = int64_t(blockIdx.x) * kMeanChunkTokens;
   const int64_t last = first + kMeanChunkTokens < params.tokens ? first + kMeanChunkTokens : params.tokens;
   for (int c = threadIdx.x; c < params.head_dim; c += blockDim.x) {
     float sum = 0;
     for (int64_t t = first; t < last; ++t)
-      sum += to_float(params.rows[t * params.token_stride + c], params.element_type);
+      sum += to_float(rows[t * params.rows.token_stride + c], params.element_type);
     partial[int64_t(blockIdx.x) * params.head_dim + c] = sum;
   }
 }
@@ -158,12 +171,14 @@ __global__ void mean_finish_kernel(const float* __restrict__ partial, int chunks
   }
 }
 
-__global__ void gather_kernel(const uint16_t* __restrict__ rows, int64_t token_stride, int head_dim,
-                              const int64_t* __restrict__ positions, int count, uint16_t* __restrict__ out) {
+// Item (y, r, c) of blockIdx.y = y: column c of row positions[r] of head y.
+__global__ void gather_kernel(HeadRows rows, int head_dim, const int64_t* __restrict__ positions, int count,
+                              uint16_t* __restrict__ out) {
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= int64_t(count) * head_dim) return;
+  const int head = int(blockIdx.y);
   const int r = int(item / head_dim), c = int(item % head_dim);
-  out[item] = rows[positions[r] * token_stride + c];
+  out[int64_t(head) * count * head_dim + item] = rows.head(head)[positions[r] * rows.token_stride + c];
 }
 
 // Thread c of block (x, group): column c of the group's mean.
@@ -181,18 +196,27 @@ __global__ void row_mean_kernel(const uint16_t* __restrict__ rows, int count, in
 
 void launch_pool_blocks(const PoolParams& params, cudaStream_t stream) {
   const int64_t blocks = (params.tokens + params.block - 1) / params.block;
-  if (blocks <= 0) return;
+  if (blocks <= 0 || params.heads <= 0) return;
   WA_CHECK(params.head_dim > 0 && params.head_dim <= 32 * kMaxLaneColumns, "pooling takes head_dim 1 to ",
            32 * kMaxLaneColumns, ", got ", params.head_dim);
-  const dim3 grid{unsigned(blocks)}, threads{unsigned(kPoolWarps * 32)};
-  // By head_dim's column slots per lane, and whether the self-similarity is wanted.
+  WA_CHECK(params.rows.heads_per_batch > 0, "pooling needs heads_per_batch > 0, got ", params.rows.heads_per_batch);
+  const dim3 grid{unsigned(blocks), unsigned(params.heads)}, threads{unsigned(kPoolWarps * 32)};
+  // By head_dim's adjacent columns per lane, whether every lane's columns are one aligned vector in every row
+  // of every head, and whether the self-similarity is wanted.
   auto launch = [&](auto columns) {
     constexpr int kColumns = decltype(columns)::value;
-    if (params.similar != nullptr) {
-      pool_kernel<kColumns, true><<<grid, threads, 0, stream>>>(params);
-    } else {
-      pool_kernel<kColumns, false><<<grid, threads, 0, stream>>>(params);
-    }
+    WA_CHECK(params.head_dim % kColumns == 0, "pooling takes head_dim a multiple of ", kColumns, " here, got ",
+             params.head_dim);
+    const bool aligned = params.rows.aligned_to(kColumns);
+    auto with_loads = [&](auto vector) {
+      constexpr bool kVector = decltype(vector)::value;
+      if (params.similar != nullptr) {
+        pool_kernel<kColumns, kVector, true><<<grid, threads, 0, stream>>>(params);
+      } else {
+        pool_kernel<kColumns, kVector, false><<<grid, threads, 0, stream>>>(params);
+      }
+    };
+    aligned ? with_loads(std::true_type{}) : with_loads(std::false_type{});
   };
   if (params.head_dim <= 64) {
     launch(std::integral_constant<int, 2>{});
@@ -202,6 +226,22 @@ void launch_pool_blocks(const PoolParams& params, cudaStream_t stream) {
     launch(std::integral_constant<int, 8>{});
   }
   WA_CUDA_CHECK(cudaGetLastError());
+}
+
+bool HeadRows::aligned_to(int64_t elements) const {
+  return reinterpret_cast<uintptr_t>(base) % (elements * sizeof(uint16_t)) == 0 && token_stride % elements == 0 &&
+         head_stride % elements == 0 && batch_stride % elements == 0;
+}
+
+HeadRows head_rows(const QkLayout& qk, bool keys, int first) {
+  HeadRows rows;
+  rows.base = keys ? qk.k : qk.q;
+  rows.token_stride = keys ? qk.k_token_stride : qk.q_token_stride;
+  rows.head_stride = keys ? qk.k_head_stride : qk.q_head_stride;
+  rows.batch_stride = keys ? qk.k_batch_stride : qk.q_batch_stride;
+  rows.heads_per_batch = qk.heads;
+  rows.first_head = first;
+  return rows;
 }
 
 int64_t sequence_mean_partials(int64_t tokens) { return (tokens + kMeanChunkTokens - 1) / kMeanChunkTokens; }
@@ -215,11 +255,12 @@ void launch_sequence_mean(const PoolParams& params, float* partial, float* mean,
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_gather_rows(const uint16_t* rows, int64_t token_stride, int head_dim, const int64_t* positions,
-                        int count, uint16_t* out, cudaStream_t stream) {
+void launch_gather_rows(const HeadRows& rows, int heads, int head_dim, const int64_t* positions, int count,
+                        uint16_t* out, cudaStream_t stream) {
   const int64_t items = int64_t(count) * head_dim;
-  if (items <= 0) return;
-  gather_kernel<<<unsigned((items + 255) / 256), 256, 0, stream>>>(rows, token_stride, head_dim, positions, count, out);
+  if (items <= 0 || heads <= 0) return;
+  gather_kernel<<<dim3(unsigned((items + 255) / 256), unsigned(heads)), 256, 0, stream>>>(rows, head_dim, positions,
+                                                                                          count, out);
   WA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,21 +18,26 @@ struct MaxOp {
   __device__ T operator()(T a, T b) const { return a > b ? a : b; }
 };
 
+/// Reduces `value` over the warp (all 32 lanes present); every lane gets the result.
+template <class T, class Op>
+__device__ inline T warp_reduce(T value, Op op) {
+  constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(kFullWarp, value, offset));
+  return value;
+}
+
 /// Reduces `value` over the block (blockDim.x a multiple of 32, at most 1024). `scratch` holds 32 values; the
 /// call begins with a barrier, so consecutive calls may share it.
 template <class T, class Op>
 __device__ inline T block_reduce(T value, T identity, Op op, T* scratch) {
-  constexpr unsigned kFullWarp = 0xFFFFFFFFu;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(kFullWarp, value, offset));
+  value = warp_reduce(value, op);
   __syncthreads();
   if (lane == 0) scratch[warp] = value;
   __syncthreads();
   value = lane < warps ? scratch[lane] : identity;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(kFullWarp, value, offset));
-  return value;
+  return warp_reduce(value, op);
 }
 
 /// One halving exchange of per-lane slot sums between the lanes that differ in lane bit kLaneBit: a lane keeps
