@@ -311,6 +311,17 @@ TEST(MaskGenerator, ForceDenseAndDeterminism) {
   }
 }
 
+// bf16 Q and K of one batch, [heads, tokens, head_dim] each, contiguous.
+DeviceQk contiguous_qk(const void* q, const void* k, int heads, int64_t tokens, int head_dim) {
+  DeviceQk device;
+  device.q = q;
+  device.k = k;
+  device.heads = heads;
+  device.tokens = tokens;
+  device.head_dim = head_dim;
+  return device;
+}
+
 TEST(MaskGenerator, GraphCaptureReplaysTheSameMask) {
   WA_REQUIRE_GPU();
   const QkInputs inputs = rounded(clustered_qk(2, 800, 64, 108), ElementType::kBf16);
@@ -324,12 +335,7 @@ TEST(MaskGenerator, GraphCaptureReplaysTheSameMask) {
   MaskGenerator generator(config, 1, 2, 800, 64);
   const int blocks = generator.q_blocks();
   DeviceBuffer dense(size_t(2) * blocks * blocks), workspace(generator.workspace_bytes());
-  DeviceQk device;
-  device.q = q.get();
-  device.k = k.get();
-  device.heads = 2;
-  device.tokens = 800;
-  device.head_dim = 64;
+  const DeviceQk device = contiguous_qk(q.get(), k.get(), 2, 800, 64);
   MaskOutputs outputs;
   outputs.dense = dense.as<uint8_t>();
   cudaStream_t stream;
@@ -375,12 +381,7 @@ TEST(MaskGenerator, RunFollowsTheCallersStreamOrder) {
   const int blocks = generator.q_blocks();
   DeviceBuffer k(k_bits.size() * sizeof(uint16_t)), dense(size_t(kHeads) * blocks * blocks);
   DeviceBuffer workspace(generator.workspace_bytes());
-  DeviceQk device;
-  device.q = q.get();
-  device.k = k.get();
-  device.heads = kHeads;
-  device.tokens = kTokens;
-  device.head_dim = kDim;
+  const DeviceQk device = contiguous_qk(q.get(), k.get(), kHeads, kTokens, kDim);
   MaskOutputs outputs;
   outputs.dense = dense.as<uint8_t>();
   cudaStream_t created;
@@ -559,6 +560,21 @@ TEST(MaskPooling, BlockMeansAndSimilarityAtAnyStride) {
   }
 }
 
+// Q and K both at `rows`: heads of [batch, heads_per_batch, tokens, head_dim] one after another, tokens at
+// `stride` elements.
+masks::QkLayout packed_layout(const uint16_t* rows, int heads_per_batch, int64_t tokens, int head_dim,
+                              int64_t stride) {
+  masks::QkLayout qk;
+  qk.q = qk.k = rows;
+  qk.heads = heads_per_batch;
+  qk.tokens = tokens;
+  qk.head_dim = head_dim;
+  qk.q_token_stride = qk.k_token_stride = stride;
+  qk.q_head_stride = qk.k_head_stride = tokens * stride;
+  qk.q_batch_stride = qk.k_batch_stride = heads_per_batch * tokens * stride;
+  return qk;
+}
+
 // One launch over several heads (head_rows: mask heads 1-4 of a [2, 3, tokens, d] tensor, so the launch
 // crosses a batch) gives each head the bits of that head's own launch, and a head whose flag is 0 keeps its
 // poison; at head_dim 64 and 128, in the vector loads' layout and in an odd token stride (the 2-byte loads).
@@ -575,15 +591,7 @@ TEST(MaskPooling, OneLaunchPoolsEveryHeadAsItsOwnLaunch) {
       std::vector<uint16_t> bits(size_t(kBatch) * kHeadsPerBatch * kTokens * stride);
       for (uint16_t& b : bits) b = to_bits(float(int(rng() % 255) - 127) / 32.0f, ElementType::kBf16);
       const DeviceBuffer rows = testing::upload(bits);
-      masks::QkLayout qk;
-      qk.k = rows.as<uint16_t>();
-      qk.batch = kBatch;
-      qk.heads = kHeadsPerBatch;
-      qk.tokens = kTokens;
-      qk.head_dim = d;
-      qk.k_token_stride = stride;
-      qk.k_head_stride = kTokens * stride;
-      qk.k_batch_stride = kHeadsPerBatch * kTokens * stride;
+      const masks::QkLayout qk = packed_layout(rows.as<uint16_t>(), kHeadsPerBatch, kTokens, d, stride);
       const size_t per_head = size_t(blocks) * d;
       DeviceBuffer together(kHeads * per_head * sizeof(float)), alone(kHeads * per_head * sizeof(float));
       WA_CUDA_OK(cudaMemset(together.get(), 0xFF, together.bytes()));  // NaN poison
@@ -639,14 +647,7 @@ TEST(MaskPooling, GatherCopiesEveryHeadsRowsInOneLaunch) {
   for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i * 2654435761u >> 16);
   const std::vector<int64_t> positions = {49, 0, 17, 17, 3};
   const DeviceBuffer rows = testing::upload(bits), device_positions = testing::upload(positions);
-  masks::QkLayout qk;
-  qk.q = rows.as<uint16_t>();
-  qk.heads = kHeadsPerBatch;
-  qk.tokens = kTokens;
-  qk.head_dim = kDim;
-  qk.q_token_stride = kStride;
-  qk.q_head_stride = kTokens * kStride;
-  qk.q_batch_stride = kHeadsPerBatch * kTokens * kStride;
+  const masks::QkLayout qk = packed_layout(rows.as<uint16_t>(), kHeadsPerBatch, kTokens, kDim, kStride);
   DeviceBuffer out(size_t(kHeads) * kCount * kDim * sizeof(uint16_t));
   masks::launch_gather_rows(masks::head_rows(qk, false, kFirst), kHeads, kDim, device_positions.as<int64_t>(),
                             kCount, out.as<uint16_t>(), nullptr);
