@@ -10,11 +10,11 @@
 
 #include "cuda/attention/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
+#include "cuda/masks/reduce.cuh"
 
 namespace wavealign::cuda::masks {
 namespace {
 
-constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 constexpr int kPoolWarps = 4;
 constexpr int kMaxLaneColumns = 8;  // head_dim <= 256 = 8 columns per lane
 constexpr int64_t kMeanChunkTokens = 512;  // 711 blocks per head at 363,600 tokens
@@ -79,8 +79,7 @@ __device__ inline void add_rows(const PoolParams& params, const uint16_t* rows, 
       if constexpr (kSimilarity) norm += x[e] * x[e];
     }
     if constexpr (kSimilarity) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) norm += __shfl_xor_sync(kFullWarp, norm, offset);
+      norm = warp_reduce(norm, SumOp{});
       const float inverse = norm > 0 ? rsqrtf(norm) : 0.0f;
 #pragma unroll
       for (int e = 0; e < kColumns; ++e) unit[e] += x[e] * inverse;
@@ -134,8 +133,7 @@ __global__ void pool_kernel(PoolParams params) {
     part += unit_total * unit_total;
   }
   if constexpr (kSimilarity) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullWarp, part, offset);
+    part = warp_reduce(part, SumOp{});
     if (lane == 0) similarity_parts[warp] = part;
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -239,9 +239,7 @@ __global__ void __launch_bounds__(kRadixThreads)
          shared_leaders &= shared_leaders - 1) {
       const int first = __ffs(shared_leaders) - 1;
       const unsigned group = __shfl_sync(kFullWarp, peers, first);
-      unsigned long long sum = (group >> lane) & 1u ? mass : 0ull;
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullWarp, sum, offset);
+      const unsigned long long sum = warp_reduce((group >> lane) & 1u ? mass : 0ull, SumOp{});
       if (lane == first) atomicAdd(&masses[digit], sum);
     }
   }
