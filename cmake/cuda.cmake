@@ -124,12 +124,24 @@ if(wa_build_sm90)
   # and the PV GEMMs, the default since its H200 measurement (h200-kernel-variants.json, the 99244e8 run): SM
   # cycles per block 2,570 -> 2,543 (video), 2,632 -> 2,598 (dense); video 590.1 -> 595.4 TF/s, random
   # 610.9 -> 613.8, dense 647.3 -> 655.9.
-  option(WA_SM90_UNIFORM_TRIP_COUNT "Hopper kernel: the consumer's KV loop count passed through a warp reduction" OFF)
+  set(WA_SM90_UNIFORM_TRIP_COUNT 0 CACHE STRING
+    "Hopper kernel: the consumer's KV loop count passed through a warp reduction (0 never, 1 every kernel, -1 all but the 128 x 128, d = 128 kernels)")
+  if(WA_SM90_UNIFORM_TRIP_COUNT STREQUAL "ON")
+    set(WA_SM90_UNIFORM_TRIP_COUNT 1)
+  elseif(WA_SM90_UNIFORM_TRIP_COUNT STREQUAL "OFF")
+    set(WA_SM90_UNIFORM_TRIP_COUNT 0)
+  endif()
+  if(NOT WA_SM90_UNIFORM_TRIP_COUNT MATCHES "^(-1|0|1)$")
+    message(FATAL_ERROR "WA_SM90_UNIFORM_TRIP_COUNT must be -1, 0 or 1, got '${WA_SM90_UNIFORM_TRIP_COUNT}'")
+  endif()
   option(WA_SM90_LATE_V_WAIT "Hopper kernel: wait for V after issuing the S GEMM, not before" ON)
-  set(WA_SM90_K_AHEAD 0 CACHE STRING
-    "Hopper kernel: the producer loads K of the next block before V of the current one (0 never, 1 always, 2 rows that skip a block)")
-  if(NOT WA_SM90_K_AHEAD MATCHES "^(0|1|2)$")
-    message(FATAL_ERROR "WA_SM90_K_AHEAD must be 0, 1 or 2, got '${WA_SM90_K_AHEAD}'")
+  # K-ahead (FA4's producer order) for the rows that skip a block, in the 128 x 128, d = 128 kernels (-1, the
+  # default since its H200 measurement, docs/kernel.md "K-ahead where it pays"); 0, 1 and 2 apply one mode to
+  # every kernel (src/cuda/attention/sm90/mainloop.cuh says what each measured).
+  set(WA_SM90_K_AHEAD -1 CACHE STRING
+    "Hopper kernel: the producer loads K of the next block before V of the current one (-1 rows that skip a block in the 128 x 128, d = 128 kernels, 0 never, 1 always, 2 rows that skip a block)")
+  if(NOT WA_SM90_K_AHEAD MATCHES "^(-1|0|1|2)$")
+    message(FATAL_ERROR "WA_SM90_K_AHEAD must be -1, 0, 1 or 2, got '${WA_SM90_K_AHEAD}'")
   endif()
   # The softmax's two rows per thread side by side (FA4's order); static stall cycles of the d = 128 consumer
   # loop 1,157 -> 1,114 (scripts/sass_census.py --stalls), not yet timed.
@@ -149,7 +161,7 @@ if(wa_build_sm90)
   target_compile_definitions(wavealign_cuda_sm90 PRIVATE
     WA_SM90_PROGRESS_TRACE=$<BOOL:${WA_SM90_PROGRESS_TRACE}> WA_SM90_KV_PACER=${WA_SM90_KV_PACER}
     WA_SM90_INTERLEAVE_ROWS=$<BOOL:${WA_SM90_INTERLEAVE_ROWS}>
-    WA_SM90_UNIFORM_TRIP_COUNT=$<BOOL:${WA_SM90_UNIFORM_TRIP_COUNT}> WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
+    WA_SM90_UNIFORM_TRIP_COUNT=${WA_SM90_UNIFORM_TRIP_COUNT} WA_SM90_LATE_V_WAIT=$<BOOL:${WA_SM90_LATE_V_WAIT}>
     WA_SM90_K_AHEAD=${WA_SM90_K_AHEAD}
     WA_SM90_FMA_EXP2_EVERY=${WA_SM90_FMA_EXP2_EVERY} WA_SM90_EARLY_P_CONVERSION=$<BOOL:${WA_SM90_EARLY_P_CONVERSION}>
     WA_SM90_KV_STAGES=${WA_SM90_KV_STAGES} WA_SM90_PINGPONG=$<BOOL:${WA_SM90_PINGPONG}>

@@ -32,7 +32,9 @@ elapsed() { echo $((SECONDS - start)); }
 # per KV block"); the default has the exact rescale (measured first as "exact"), "inexact" is the kernel before
 # it; the last one is FlashAttention-4's SM90 configuration of the same choices. The early P conversion is on
 # in every variant but "latep" (the kernel before it), the late V wait in every variant but "earlyv" (the
-# kernel before it; the 99244e8 run measured it as "latev" against that default).
+# kernel before it; the 99244e8 run measured it as "latev" against that default). Since the K-ahead default
+# (-1: rows that skip a block, in the 128 x 128, d = 128 kernels) every variant without its own K_AHEAD flag has
+# it; "kahead-off" is the kernel before it.
 variants=(
   "default|"
   "inexact|-DWA_SM90_EXACT_RESCALE=OFF"
@@ -48,8 +50,10 @@ variants=(
   "latep|-DWA_SM90_EARLY_P_CONVERSION=OFF"
   "chains4+uniform|-DWA_SM90_ROW_MAX_CHAINS=4 -DWA_SM90_UNIFORM_OPERANDS=ON"
   "uniformn|-DWA_SM90_UNIFORM_TRIP_COUNT=ON"
+  "uniformn-small|-DWA_SM90_UNIFORM_TRIP_COUNT=-1"
   "earlyv|-DWA_SM90_LATE_V_WAIT=OFF"
   "uniformn+pingpong|-DWA_SM90_UNIFORM_TRIP_COUNT=ON -DWA_SM90_PINGPONG=ON"
+  "kahead-off|-DWA_SM90_K_AHEAD=0"
   "kahead|-DWA_SM90_K_AHEAD=1"
   "kahead-partial|-DWA_SM90_K_AHEAD=2"
   "kahead+pingpong|-DWA_SM90_K_AHEAD=1 -DWA_SM90_PINGPONG=ON"
@@ -139,7 +143,8 @@ short_cases=("--heads 8 --tokens 32768 --dense --head-dim 64" "--heads 8 --token
 run_round() {
   local round=$1 count=${#passed[@]} k v name dir flags c line
   local round_cases=("${cases[@]}")
-  [ "$round" = 1 ] && round_cases+=("${short_cases[@]}")
+  # WA_VARIANT_SHORT_EVERY_ROUND=1: the d = 64 and 64 x 64 cases every round (when a variant is about them).
+  { [ "$round" = 1 ] || [ "${WA_VARIANT_SHORT_EVERY_ROUND:-0}" = 1 ]; } && round_cases+=("${short_cases[@]}")
   for ((k = 0; k < count; ++k)); do
     [ "$(elapsed)" -lt "$hard_stop" ] || { echo "round $round: stopped at $(elapsed) s"; return; }
     v=${passed[$(((k + round - 1) % count))]}

@@ -18,6 +18,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/progress_trace.h"
@@ -188,23 +189,37 @@ constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 // stall after the loop head's YIELD, which the compiler inserts only into loops that may diverge (FA4's loop
 // has none); with it the divergent fallback copy of the softmax (BRA.DIV, 163 instructions) goes too. Off:
 // the compiler then keeps the stage bookkeeping on the uniform datapath and dense mode needs 4 % more cycles
-// per block (2,632 -> 2,745 on the H200).
+// per block (2,632 -> 2,745 on the H200). 1 for every kernel, -1 for all but the 128 x 128, d = 128 ones (one
+// H200 run of 99244e8 had d = 64 428.2 -> 460.2 and 64 x 64 blocks 511.6 -> 546.0 TF/s in dense mode).
 #ifndef WA_SM90_UNIFORM_TRIP_COUNT
 #define WA_SM90_UNIFORM_TRIP_COUNT 0
 #endif
-constexpr bool kUniformTripCount = WA_SM90_UNIFORM_TRIP_COUNT != 0;
+static_assert(WA_SM90_UNIFORM_TRIP_COUNT >= -1 && WA_SM90_UNIFORM_TRIP_COUNT <= 1, "WA_SM90_UNIFORM_TRIP_COUNT is -1, 0 or 1");
+template <int kHeadDim, int kBlockM, int kBlockN>
+constexpr bool uniform_trip_count() {
+  if constexpr (WA_SM90_UNIFORM_TRIP_COUNT >= 0) return WA_SM90_UNIFORM_TRIP_COUNT == 1;
+  return !(kHeadDim == 128 && kBlockM == 128 && kBlockN == 128);
+}
 // WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(): 0 never, 1 for
-// every row, 2 for rows that skip a block (full rows, as every row in dense mode, keep K_j, V_j). 0 by
-// default: on the H200, 1 is +2.0 %
-// (WaveAlign order) and +3.7 % (original order) on the video mask but -11 % in dense mode at 363,600 tokens,
-// whose CTAs then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %); 2 is +5.7 % (original order),
-// +1.4 % / +0.3 % (WaveAlign order, video / random), -0.9 % dense and -3.0 % at d = 64 (one run), so not the
-// default either (docs/kernel.md, "K-ahead for partial rows and the pacer, measured").
+// every row, 2 for rows that skip a block (full rows, as every row in dense mode, keep K_j, V_j), -1 (the
+// default) 2 for the 128 x 128, d = 128 kernels and 0 for the others. Measured on the H200 (docs/kernel.md,
+// "K-ahead for partial rows and the pacer, measured", and "K-ahead where it pays"): 1 is +2.0 % (WaveAlign
+// order) and +3.7 % (original order) on the video mask but -11 % in dense mode at 363,600 tokens, whose CTAs
+// then leave the near-lockstep walk through K/V (L2 hit 96 -> 54 %); 2 is +5.7 % / +3.0 % (original order),
+// +1.4 % / +2.3 % (WaveAlign order, video) at 128 x 128, d = 128, but -3.0 % / -3.6 % at d = 64, which is why
+// the default leaves the d = 64 and 64 x 64 kernels in the old order.
 #ifndef WA_SM90_K_AHEAD
-#define WA_SM90_K_AHEAD 0
+#define WA_SM90_K_AHEAD -1
 #endif
-constexpr int kKAheadMode = WA_SM90_K_AHEAD;
-static_assert(kKAheadMode >= 0 && kKAheadMode <= 2, "WA_SM90_K_AHEAD is 0, 1 or 2");
+static_assert(WA_SM90_K_AHEAD >= -1 && WA_SM90_K_AHEAD <= 2, "WA_SM90_K_AHEAD is -1, 0, 1 or 2");
+template <int kHeadDim, int kBlockM, int kBlockN>
+constexpr int k_ahead_mode() {
+  if constexpr (WA_SM90_K_AHEAD >= 0) return WA_SM90_K_AHEAD;
+  return kHeadDim == 128 && kBlockM == 128 && kBlockN == 128 ? 2 : 0;
+}
+static_assert(WA_SM90_K_AHEAD != -1 || (k_ahead_mode<128, 128, 128>() == 2 && k_ahead_mode<64, 128, 128>() == 0 &&
+                                        k_ahead_mode<128, 64, 64>() == 0 && k_ahead_mode<64, 64, 64>() == 0),
+              "by default only the 128 x 128, d = 128 kernels load K ahead");
 // WA_SM90_LATE_V_WAIT (the default): wait for V_{i-1} after issuing S_i = Q K_i^T, not before, so the S GEMM
 // starts while V is still in flight (FA4's order; with V waited for first, our consumers spent ~80 more cycles
 // per block than FA4's on K/V waits). Measured: -1.1 % (video) and -1.3 % (dense) SM cycles per block.
@@ -225,6 +240,8 @@ struct Mainloop {
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kStages = Traits::kStages;
+  static constexpr int kKAheadMode = k_ahead_mode<kHeadDim, kBlockM, kBlockN>();
+  static constexpr bool kUniformTripCount = uniform_trip_count<kHeadDim, kBlockM, kBlockN>();
 
   /// Producer warp (all 32 lanes run the loop; lane 0 waits on barriers and issues TMA).
   __device__ static void load(const KernelParams<Traits>& params, SharedStorage<Traits>& storage, int lane) {
@@ -309,39 +326,47 @@ struct Mainloop {
         };
         // k_ahead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
         // its S GEMM is done and a V stage only when its PV GEMM is, one softmax later; loading K_j, V_j in
-        // turn held every K load behind the previous V stage's release.
-        const bool k_ahead = kKAheadMode == 1 || (kKAheadMode == 2 && item.n_blocks < p.kv_blocks);
-        StageCounter<kStages> v_stages = kv;
-        int previous_block = 0;
-        for (int base = 0; base < item.n_blocks; base += 32) {
-          const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
-          const int count = min(32, item.n_blocks - base);
-          if constexpr (kKvPacer) {
-            if (p.dense) pacer.before_batch(p.ticket, count, lane);
-          }
-          if constexpr (kProgressTrace) {
-            static_assert(kProgressTraceEvery == 32, "one record per index batch");
-            trace.record(p.ticket, ticket, item.head, item.q_block, base, __shfl_sync(0xffffffffu, mine, 0));
-          }
-          for (int j = 0; j < count; ++j) {
-            const int block = __shfl_sync(0xffffffffu, mine, j);
-            if (k_ahead) {
-              if (lane == 0) {
-                load_k(block, kv);
-                if (base + j > 0) load_v(previous_block, v_stages);
-              }
-              if (base + j > 0) v_stages.advance();
-              previous_block = block;
-            } else {
-              if (lane == 0) {
-                load_k(block, kv);
-                load_v(block, kv);
-              }
+        // turn held every K load behind the previous V stage's release. Each order is its own loop, so a row
+        // in the K_j, V_j order runs the same instructions as in a build without K-ahead.
+        auto walk = [&](auto k_ahead_order) {
+          constexpr bool k_ahead = decltype(k_ahead_order)::value;
+          StageCounter<kStages> v_stages = kv;
+          int previous_block = 0;
+          for (int base = 0; base < item.n_blocks; base += 32) {
+            const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
+            const int count = min(32, item.n_blocks - base);
+            if constexpr (kKvPacer) {
+              if (p.dense) pacer.before_batch(p.ticket, count, lane);
             }
-            kv.advance();
+            if constexpr (kProgressTrace) {
+              static_assert(kProgressTraceEvery == 32, "one record per index batch");
+              trace.record(p.ticket, ticket, item.head, item.q_block, base, __shfl_sync(0xffffffffu, mine, 0));
+            }
+            for (int j = 0; j < count; ++j) {
+              const int block = __shfl_sync(0xffffffffu, mine, j);
+              if constexpr (k_ahead) {
+                if (lane == 0) {
+                  load_k(block, kv);
+                  if (base + j > 0) load_v(previous_block, v_stages);
+                }
+                if (base + j > 0) v_stages.advance();
+                previous_block = block;
+              } else {
+                if (lane == 0) {
+                  load_k(block, kv);
+                  load_v(block, kv);
+                }
+              }
+              kv.advance();
+            }
           }
+          if (k_ahead && lane == 0) load_v(previous_block, v_stages);
+        };
+        if (kKAheadMode == 1 || (kKAheadMode == 2 && item.n_blocks < p.kv_blocks)) {
+          if constexpr (kKAheadMode != 0) walk(std::true_type{});
+        } else {
+          walk(std::false_type{});
         }
-        if (k_ahead && lane == 0) load_v(previous_block, v_stages);
       }
       ticket = fetch_next_ticket(p, lane);
     }
