@@ -189,10 +189,12 @@ constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
 // stall after the loop head's YIELD, which the compiler inserts only into loops that may diverge (FA4's loop
 // has none); with it the divergent fallback copy of the softmax (BRA.DIV, 163 instructions) goes too. Off:
 // the compiler then keeps the stage bookkeeping on the uniform datapath and dense mode needs 4 % more cycles
-// per block (2,632 -> 2,745 on the H200). 1 for every kernel, -1 for all but the 128 x 128, d = 128 ones (one
-// H200 run of 99244e8 had d = 64 428.2 -> 460.2 and 64 x 64 blocks 511.6 -> 546.0 TF/s in dense mode).
+// per block at 128 x 128, d = 128 (2,632 -> 2,745 on the H200), but the smaller kernels gain: -1, the default,
+// turns it on for all but the 128 x 128, d = 128 kernels (H200, dense, 8 x 32,768 tokens, two rounds each:
+// d = 64 439.8 -> 468.6 TF/s, d = 128 with 64 x 64 blocks 542.0 -> 560.1; docs/kernel.md, "A uniform trip count
+// for the smaller kernels"); 1 every kernel, 0 none.
 #ifndef WA_SM90_UNIFORM_TRIP_COUNT
-#define WA_SM90_UNIFORM_TRIP_COUNT 0
+#define WA_SM90_UNIFORM_TRIP_COUNT -1
 #endif
 static_assert(WA_SM90_UNIFORM_TRIP_COUNT >= -1 && WA_SM90_UNIFORM_TRIP_COUNT <= 1, "WA_SM90_UNIFORM_TRIP_COUNT is -1, 0 or 1");
 template <int kHeadDim, int kBlockM, int kBlockN>
@@ -200,6 +202,10 @@ constexpr bool uniform_trip_count() {
   if constexpr (WA_SM90_UNIFORM_TRIP_COUNT >= 0) return WA_SM90_UNIFORM_TRIP_COUNT == 1;
   return !(kHeadDim == 128 && kBlockM == 128 && kBlockN == 128);
 }
+static_assert(WA_SM90_UNIFORM_TRIP_COUNT != -1 ||
+                  (!uniform_trip_count<128, 128, 128>() && uniform_trip_count<64, 128, 128>() &&
+                   uniform_trip_count<128, 64, 64>() && uniform_trip_count<64, 64, 64>()),
+              "by default the loop count is warp-uniform in all but the 128 x 128, d = 128 kernels");
 // WA_SM90_K_AHEAD: the producer issues K_{j+1} before V_j (FA4's producer order), see load(): 0 never, 1 for
 // every row, 2 for rows that skip a block (full rows, as every row in dense mode, keep K_j, V_j), -1 (the
 // default) 2 for the 128 x 128, d = 128 kernels and 0 for the others. Measured on the H200 (docs/kernel.md,
