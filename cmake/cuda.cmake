@@ -127,11 +127,6 @@ if(wa_build_sm90)
   # 610.9 -> 613.8, dense 647.3 -> 655.9.
   set(WA_SM90_UNIFORM_TRIP_COUNT -1 CACHE STRING
     "Hopper kernel: the consumer's KV loop count passed through a warp reduction (0 never, 1 every kernel, -1 all but the 128 x 128, d = 128 kernels)")
-  if(WA_SM90_UNIFORM_TRIP_COUNT STREQUAL "ON")
-    set(WA_SM90_UNIFORM_TRIP_COUNT 1)
-  elseif(WA_SM90_UNIFORM_TRIP_COUNT STREQUAL "OFF")
-    set(WA_SM90_UNIFORM_TRIP_COUNT 0)
-  endif()
   if(NOT WA_SM90_UNIFORM_TRIP_COUNT MATCHES "^(-1|0|1)$")
     message(FATAL_ERROR "WA_SM90_UNIFORM_TRIP_COUNT must be -1, 0 or 1, got '${WA_SM90_UNIFORM_TRIP_COUNT}'")
   endif()

@@ -597,7 +597,7 @@ TEST(MaskPooling, OneLaunchPoolsEveryHeadAsItsOwnLaunch) {
       WA_CUDA_OK(cudaMemset(together.get(), 0xFF, together.bytes()));  // NaN poison
       const DeviceBuffer flags = testing::upload(enabled);
       masks::PoolParams all;
-      all.rows = masks::head_rows(qk, true, kFirst);
+      all.rows = qk.rows(true, kFirst);
       all.heads = kHeads;
       all.tokens = kTokens;
       all.head_dim = d;
@@ -649,7 +649,7 @@ TEST(MaskPooling, GatherCopiesEveryHeadsRowsInOneLaunch) {
   const DeviceBuffer rows = testing::upload(bits), device_positions = testing::upload(positions);
   const masks::QkLayout qk = packed_layout(rows.as<uint16_t>(), kHeadsPerBatch, kTokens, kDim, kStride);
   DeviceBuffer out(size_t(kHeads) * kCount * kDim * sizeof(uint16_t));
-  masks::launch_gather_rows(masks::head_rows(qk, false, kFirst), kHeads, kDim, device_positions.as<int64_t>(),
+  masks::launch_gather_rows(qk.rows(false, kFirst), kHeads, kDim, device_positions.as<int64_t>(),
                             kCount, out.as<uint16_t>(), nullptr);
   std::vector<uint16_t> got(size_t(kHeads) * kCount * kDim);
   WA_CUDA_OK(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
@@ -965,12 +965,7 @@ TEST(MaskGeneratorChecks, RunRejectsMissingBuffersBeforeTouchingTheDevice) {
   MaskGenerator generator(config_of(MaskMethod::kSparge, 128), 1, 2, 1000, 64);
   EXPECT_GT(generator.workspace_bytes(), MaskGenerator::kLogitChunkBytes / 1024);
   uint8_t byte = 0;
-  DeviceQk qk;
-  qk.q = &byte;
-  qk.k = &byte;
-  qk.heads = 2;
-  qk.tokens = 1000;
-  qk.head_dim = 64;
+  const DeviceQk qk = contiguous_qk(&byte, &byte, 2, 1000, 64);
   MaskOutputs outputs;
   outputs.dense = &byte;
   expect_invalid([&] { generator.run(qk, outputs, &byte, 1, nullptr); }, "workspace");

@@ -248,7 +248,7 @@ void run_flexprefill(RunContext& context) {
   auto pool_block_means = [&](bool keys, int first, int heads, float* means, const uint8_t* enabled,
                               cudaStream_t stream) {
     PoolParams pool;
-    pool.rows = head_rows(qk, keys, first);
+    pool.rows = qk.rows(keys, first);
     pool.heads = heads;
     pool.tokens = tokens;
     pool.head_dim = d;

@@ -889,7 +889,7 @@ FusedScratch carve_fused_scratch(WorkspaceCarver& workspace, int heads, const Fu
 
 void gather_sampled_runs(const RunContext& context, int first_head, int heads, const FusedScratch& scratch) {
   WA_CHECK(heads <= scratch.heads, "the fused scratch holds ", scratch.heads, " heads, not ", heads);
-  launch_gather_rows(head_rows(context.qk, false, first_head), heads, context.qk.head_dim, scratch.positions,
+  launch_gather_rows(context.qk.rows(false, first_head), heads, context.qk.head_dim, scratch.positions,
                      scratch.blocks.rows, scratch.rows, context.stream);
 }
 

@@ -35,6 +35,20 @@ class WorkspaceCarver {
   size_t used_ = 0;
 };
 
+/// The rows of the heads of one launch: head y of the launch is mask head first_head + y (m = b x
+/// heads_per_batch + h), its token t at head(y) + t x token_stride. The defaults describe one head at `base`.
+struct HeadRows {
+  const uint16_t* base = nullptr;
+  int64_t token_stride = 0, head_stride = 0, batch_stride = 0;
+  int first_head = 0, heads_per_batch = 1;
+  WA_HOST_DEVICE const uint16_t* head(int y) const {
+    const int m = first_head + y;
+    return base + int64_t(m / heads_per_batch) * batch_stride + int64_t(m % heads_per_batch) * head_stride;
+  }
+  /// Whether every token of every head starts at a multiple of `elements` elements (vector loads).
+  bool aligned_to(int64_t elements) const;
+};
+
 /// Q and K of one run with every stride resolved (elements), and where each head starts.
 struct QkLayout {
   const uint16_t* q = nullptr;  // bf16 or fp16 bit patterns
@@ -45,11 +59,20 @@ struct QkLayout {
   int head_dim = 0;
   int64_t q_batch_stride = 0, q_head_stride = 0, q_token_stride = 0;
   int64_t k_batch_stride = 0, k_head_stride = 0, k_token_stride = 0;
-  /// Mask head m = b * heads + h.
-  const uint16_t* q_head(int m) const { return q + (m / heads) * q_batch_stride + (m % heads) * q_head_stride; }
-  WA_HOST_DEVICE const uint16_t* k_head(int m) const {
-    return k + (m / heads) * k_batch_stride + (m % heads) * k_head_stride;
+  /// The rows of Q (keys false) or K (keys true) from mask head `first` on.
+  WA_HOST_DEVICE HeadRows rows(bool keys, int first) const {
+    HeadRows out;
+    out.base = keys ? k : q;
+    out.token_stride = keys ? k_token_stride : q_token_stride;
+    out.head_stride = keys ? k_head_stride : q_head_stride;
+    out.batch_stride = keys ? k_batch_stride : q_batch_stride;
+    out.first_head = first;
+    out.heads_per_batch = heads;
+    return out;
   }
+  /// Mask head m = b * heads + h.
+  WA_HOST_DEVICE const uint16_t* q_head(int m) const { return rows(false, m).head(0); }
+  WA_HOST_DEVICE const uint16_t* k_head(int m) const { return rows(true, m).head(0); }
 };
 
 /// Thread blocks of `threads` threads that cover `items` one-thread items.
@@ -254,21 +277,6 @@ void score_sampled_runs(RunContext& context, int first_head, int heads, const Fu
                         float weight, float* columns, float* diagonals);
 
 // ---- pooling.cu: block means and the self-similarity test, straight from bf16/fp16 rows ----
-/// The rows of the heads of one launch: head y of the launch is mask head first_head + y (m = b x
-/// heads_per_batch + h), its token t at head(y) + t x token_stride. The defaults describe one head at `base`.
-struct HeadRows {
-  const uint16_t* base = nullptr;
-  int64_t token_stride = 0, head_stride = 0, batch_stride = 0;
-  int first_head = 0, heads_per_batch = 1;
-  WA_HOST_DEVICE const uint16_t* head(int y) const {
-    const int m = first_head + y;
-    return base + int64_t(m / heads_per_batch) * batch_stride + int64_t(m % heads_per_batch) * head_stride;
-  }
-  /// Whether every token of every head starts at a multiple of `elements` elements (vector loads).
-  bool aligned_to(int64_t elements) const;
-};
-/// The rows of Q (keys false) or K (keys true) from mask head `first` on.
-HeadRows head_rows(const QkLayout& qk, bool keys, int first);
 /// One head's rows at `rows`.
 inline HeadRows single_head_rows(const uint16_t* rows, int64_t token_stride) {
   HeadRows out;

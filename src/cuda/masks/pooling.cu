@@ -231,17 +231,6 @@ bool HeadRows::aligned_to(int64_t elements) const {
          head_stride % elements == 0 && batch_stride % elements == 0;
 }
 
-HeadRows head_rows(const QkLayout& qk, bool keys, int first) {
-  HeadRows rows;
-  rows.base = keys ? qk.k : qk.q;
-  rows.token_stride = keys ? qk.k_token_stride : qk.q_token_stride;
-  rows.head_stride = keys ? qk.k_head_stride : qk.q_head_stride;
-  rows.batch_stride = keys ? qk.k_batch_stride : qk.q_batch_stride;
-  rows.heads_per_batch = qk.heads;
-  rows.first_head = first;
-  return rows;
-}
-
 int64_t sequence_mean_partials(int64_t tokens) { return (tokens + kMeanChunkTokens - 1) / kMeanChunkTokens; }
 
 void launch_sequence_mean(const PoolParams& params, float* partial, float* mean, cudaStream_t stream) {

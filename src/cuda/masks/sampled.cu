@@ -64,7 +64,7 @@ void score_sampled_queries(RunContext& context, int m, const SampledScratch& scr
                            float* columns, float* diagonals) {
   const QkLayout& qk = context.qk;
   const int64_t diagonals_count = methods::diagonal_count(qk.tokens, two_sided);
-  launch_gather_rows(head_rows(qk, false, m), 1, qk.head_dim, scratch.positions, scratch.count, scratch.rows,
+  launch_gather_rows(qk.rows(false, m), 1, qk.head_dim, scratch.positions, scratch.count, scratch.rows,
                      context.stream);
   WA_CUDA_CHECK(cudaMemsetAsync(columns, 0, size_t(qk.tokens) * sizeof(float), context.stream));
   WA_CUDA_CHECK(cudaMemsetAsync(diagonals, 0, size_t(diagonals_count) * sizeof(float), context.stream));

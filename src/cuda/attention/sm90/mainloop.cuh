@@ -184,6 +184,12 @@ constexpr int kFmaExp2Every = WA_SM90_FMA_EXP2_EVERY;
 #define WA_SM90_EARLY_P_CONVERSION 1
 #endif
 constexpr bool kEarlyPConversion = WA_SM90_EARLY_P_CONVERSION != 0;
+// The 128 x 128, d = 128 kernels, whose defaults below differ from the smaller kernels' where the H200 measured
+// the two differently.
+template <int kHeadDim, int kBlockM, int kBlockN>
+constexpr bool large_tile_d128() {
+  return kHeadDim == 128 && kBlockM == 128 && kBlockN == 128;
+}
 // WA_SM90_UNIFORM_TRIP_COUNT: the KV loop's count through a warp reduction, so the compiler knows the loop
 // cannot diverge: ncu's per-instruction samples put ~59 SM cycles per warp and block on the "branch resolving"
 // stall after the loop head's YIELD, which the compiler inserts only into loops that may diverge (FA4's loop
@@ -200,7 +206,7 @@ static_assert(WA_SM90_UNIFORM_TRIP_COUNT >= -1 && WA_SM90_UNIFORM_TRIP_COUNT <= 
 template <int kHeadDim, int kBlockM, int kBlockN>
 constexpr bool uniform_trip_count() {
   if constexpr (WA_SM90_UNIFORM_TRIP_COUNT >= 0) return WA_SM90_UNIFORM_TRIP_COUNT == 1;
-  return !(kHeadDim == 128 && kBlockM == 128 && kBlockN == 128);
+  return !large_tile_d128<kHeadDim, kBlockM, kBlockN>();
 }
 static_assert(WA_SM90_UNIFORM_TRIP_COUNT != -1 ||
                   (!uniform_trip_count<128, 128, 128>() && uniform_trip_count<64, 128, 128>() &&
@@ -222,7 +228,7 @@ static_assert(WA_SM90_K_AHEAD >= -1 && WA_SM90_K_AHEAD <= 2, "WA_SM90_K_AHEAD is
 template <int kHeadDim, int kBlockM, int kBlockN>
 constexpr int k_ahead_mode() {
   if constexpr (WA_SM90_K_AHEAD >= 0) return WA_SM90_K_AHEAD;
-  return kHeadDim == 128 && kBlockM == 128 && kBlockN == 128 ? 2 : 0;
+  return large_tile_d128<kHeadDim, kBlockM, kBlockN>() ? 2 : 0;
 }
 static_assert(WA_SM90_K_AHEAD != -1 || (k_ahead_mode<128, 128, 128>() == 2 && k_ahead_mode<64, 128, 128>() == 0 &&
                                         k_ahead_mode<128, 64, 64>() == 0 && k_ahead_mode<64, 64, 64>() == 0),
@@ -369,8 +375,10 @@ struct Mainloop {
           }
           if (k_ahead && lane == 0) load_v(previous_block, v_stages);
         };
-        if (kKAheadMode == 1 || (kKAheadMode == 2 && item.n_blocks < p.kv_blocks)) {
-          if constexpr (kKAheadMode != 0) walk(std::true_type{});
+        if constexpr (kKAheadMode == 0) {
+          walk(std::false_type{});
+        } else if (kKAheadMode == 1 || item.n_blocks < p.kv_blocks) {
+          walk(std::true_type{});
         } else {
           walk(std::false_type{});
         }
