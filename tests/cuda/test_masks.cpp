@@ -575,7 +575,7 @@ masks::QkLayout packed_layout(const uint16_t* rows, int heads_per_batch, int64_t
   return qk;
 }
 
-// One launch over several heads (head_rows: mask heads 1-4 of a [2, 3, tokens, d] tensor, so the launch
+// One launch over several heads (QkLayout::rows: mask heads 1-4 of a [2, 3, tokens, d] tensor, so the launch
 // crosses a batch) gives each head the bits of that head's own launch, and a head whose flag is 0 keeps its
 // poison; at head_dim 64 and 128, in the vector loads' layout and in an odd token stride (the 2-byte loads).
 TEST(MaskPooling, OneLaunchPoolsEveryHeadAsItsOwnLaunch) {
