@@ -171,7 +171,7 @@ class GpuPlanner {
   int wave_size_ = 0;
   PlanConfig config_;
   int64_t tokens_ = 0;
-  // config_.profile's grid in the layout of core/skip_profile_grid.h (ln tokens taken on the host), empty when
+  // config_.profile's grid in the layout of plan/skip/skip_profile_grid.h (ln tokens taken on the host), empty when
   // the device makes no profile decision (no profile, or a policy other than kAuto, or the original order).
   std::vector<double> profile_grid_;
   int profile_token_count_ = 0;

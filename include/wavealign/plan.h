@@ -101,7 +101,7 @@ std::vector<int32_t> polar_order(const Subspace& subspace);
 /// row_nnz[row]; ties keep their order (stable).
 void sort_waves_by_nnz(std::span<int32_t> order, std::span<const int32_t> row_nnz, int wave_size);
 
-// ---- further row orders (docs/reordering.md): one file each, src/core/order_*.cpp ----------------------
+// ---- further row orders (docs/reordering.md): one file each, src/plan/orders/*.cpp ----------------------
 // Every order is a permutation of the head's rows, deterministic for its seed; empty rows (no K/V block, no
 // work) go last in original order unless said otherwise. make_plan runs Stage 2 after those for which
 // order_runs_stage2 is true.

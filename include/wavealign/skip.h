@@ -94,7 +94,7 @@ struct SkipDecision {
 };
 
 /// The adaptive skip of one head: the one rule behind make_plan, the GPU planner (which runs the same rule on
-/// the device, core/skip_rule.h), `wavealign simulate` and `wavealign skip`.
+/// the device, plan/skip/skip_rule.h), `wavealign simulate` and `wavealign skip`.
 ///  - policy kAlways: skipped (kPolicy). Order kOriginal or policy kNever: applied (kNone).
 ///  - kAuto: with `stats`, the statistics tests in the order of SkipReason (kWorkingSetFits ... kAdjacentAlike);
 ///    a head they let through is decided by `gain` when given: applied when gain_ms x model.plan_reuse >

@@ -47,7 +47,7 @@ struct HeadPlanTimes {
 };
 
 /// The dict of Plan.stats(): one list per MaskStats field and per time over the heads, then the plan-wide
-/// fields. One layout for CPU-built and GPU-built plans (plan.cpp).
+/// fields. One layout for CPU-built and GPU-built plans (bind_plan.cpp).
 nanobind::dict plan_stats_dict(const std::vector<MaskStats>& stats, const std::vector<HeadPlanTimes>& times,
                                double total_plan_ms, int wave_size, Order order, int skipped_heads);
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/random.h"
+#include "common/random.h"
 #include "wavealign/enums.h"
 #include "wavealign/mask.h"
 #include "wavealign/schedule.h"

@@ -8,7 +8,7 @@
 #include "wavealign/error.h"
 #include "wavealign/workload.h"
 #include "workload/masks.h"
-#include "workload/parallel.h"
+#include "common/parallel.h"
 #include "workload/rng.h"
 
 namespace wavealign {

@@ -5,7 +5,7 @@
 #include "wavealign/error.h"
 #include "wavealign/workload.h"
 #include "workload/head_model.h"
-#include "workload/parallel.h"
+#include "common/parallel.h"
 #include "workload/rng.h"
 
 namespace wavealign {

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <numbers>
 
-#include "core/random.h"
+#include "common/random.h"
 
 namespace wavealign::workload {
 

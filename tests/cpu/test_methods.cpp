@@ -10,9 +10,9 @@
 #include <numeric>
 #include <vector>
 
-#include "core/methods/reference.h"
-#include "core/methods/rules.h"
-#include "core/methods/select.h"
+#include "methods/reference.h"
+#include "methods/rules.h"
+#include "methods/select.h"
 #include "support/method_inputs.h"
 #include "support/test_util.h"
 #include "wavealign/methods.h"

@@ -1,4 +1,4 @@
-// The GPU selection's bisection (core/methods/selection_rule.h) run on the host, step for step as the device
+// The GPU selection's bisection (methods/selection_rule.h) run on the host, step for step as the device
 // runs it, against the CPU references' sort-based rules: random segments with many ties, zeros, +inf and
 // negative values, every rule, targets against the segment's total and against fixed masses (FlexPrefill's
 // one-sided slash coverage included), counts that split ties. Values are multiples of 2^-12, so fp64 prefix sums
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/methods/reference.h"
-#include "core/methods/rules.h"
-#include "core/methods/select.h"
-#include "core/methods/selection_rule.h"
+#include "methods/reference.h"
+#include "methods/rules.h"
+#include "methods/select.h"
+#include "methods/selection_rule.h"
 #include "support/method_inputs.h"
 
 namespace wavealign::methods {

@@ -11,8 +11,8 @@
 #include <numeric>
 #include <random>
 
-#include "core/order_util.h"
-#include "core/subspace_iteration.h"
+#include "plan/orders/order_util.h"
+#include "plan/stage1/subspace_iteration.h"
 #include "support/masks.h"
 #include "support/test_util.h"
 #include "wavealign/error.h"

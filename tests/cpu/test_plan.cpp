@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/mask_products.h"
+#include "plan/mask_products.h"
 #include "support/masks.h"
 #include "support/test_util.h"
 #include "wavealign/error.h"

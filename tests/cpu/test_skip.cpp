@@ -1,4 +1,4 @@
-// The adaptive skip's one rule (decide_skip, core/skip_rule.h) and its text (skip_reason_text): policies, the
+// The adaptive skip's one rule (decide_skip, plan/skip/skip_rule.h) and its text (skip_reason_text): policies, the
 // order of the statistics tests, the gain against the plan cost at and around break-even, NaN inputs, the
 // reason codes' byte values, the wrappers, and make_plan deciding every head through it. (The config checks of
 // plan_reuse and plan_cost_ms are in test_plan.cpp, PlanErrors.)
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/skip_rule.h"
+#include "plan/skip/skip_rule.h"
 #include "support/masks.h"
 #include "wavealign/error.h"
 #include "wavealign/plan.h"

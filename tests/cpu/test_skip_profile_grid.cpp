@@ -1,4 +1,4 @@
-// The skip profile's flat grid (core/skip_profile_grid.h), whose interpolation the GPU planner runs on the
+// The skip profile's flat grid (plan/skip/skip_profile_grid.h), whose interpolation the GPU planner runs on the
 // device: its layout, and its values bit for bit against profile_gain_ms / profile_plan_ms and against a
 // straightforward implementation of the model (std::clamp, std::upper_bound, the same operation order).
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/skip_profile_grid.h"
+#include "plan/skip/skip_profile_grid.h"
 #include "wavealign/skip_profile.h"
 
 namespace wavealign {

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "attention_harness.h"
-#include "core/methods/reference.h"
-#include "core/methods/rules.h"
-#include "core/methods/select.h"
+#include "methods/reference.h"
+#include "methods/rules.h"
+#include "methods/select.h"
 #include "cuda/masks/mask_kernels.h"
 #include "support/method_inputs.h"
 #include "support/test_util.h"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
 #include "cuda/attention/progress_trace.h"
 #include "wavealign/attention.h"

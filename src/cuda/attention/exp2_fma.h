@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/host_device.h"
+#include "common/host_device.h"
 
 namespace wavealign::cuda::detail {
 

@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/host_device.h"
+#include "common/host_device.h"
 
 #ifndef WA_SM90_KV_PACER
 #define WA_SM90_KV_PACER 0

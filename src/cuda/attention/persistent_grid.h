@@ -7,7 +7,7 @@
 #include <array>
 #include <atomic>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 
 namespace wavealign::cuda::detail {
 

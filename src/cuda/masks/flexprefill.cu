@@ -11,8 +11,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/methods/rules.h"
-#include "cuda/attention/cuda_check.h"
+#include "methods/rules.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
 

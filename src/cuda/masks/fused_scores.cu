@@ -38,8 +38,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/methods/rules.h"
-#include "cuda/attention/cuda_check.h"
+#include "methods/rules.h"
+#include "common/cuda_check.h"
 #include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm80/instructions.cuh"
 #include "cuda/attention/softmax.cuh"

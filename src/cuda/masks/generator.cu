@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/methods/reference.h"
-#include "cuda/attention/cuda_check.h"
+#include "methods/reference.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "wavealign/error.h"
 #include "wavealign/methods.h"

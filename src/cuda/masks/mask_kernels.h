@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "core/host_device.h"
+#include "common/host_device.h"
 #include "wavealign/methods.h"
 
 struct cublasContext;
@@ -128,7 +128,7 @@ enum class SelectRule {
 /// index. The count of the rule is then adjusted: count = min(max(count + add, min_count), length), 0 for a
 /// segment whose `enabled` byte is 0. Mass rules need finite values >= 0 (summed exactly as multiples of
 /// 2^-40); their target is fraction x the segment total, or fraction x fixed_total when that is > 0 (the
-/// method's mass, methods::kProbabilityMass etc. in core/methods/rules.h); a fraction >= 1 keeps the whole
+/// method's mass, methods::kProbabilityMass etc. in methods/rules.h); a fraction >= 1 keeps the whole
 /// segment.
 struct SelectParams {
   const float* values = nullptr;

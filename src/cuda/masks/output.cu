@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "core/methods/rules.h"
-#include "cuda/attention/cuda_check.h"
+#include "methods/rules.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/plan/plan_kernels.h"
 

@@ -7,7 +7,7 @@
 // Each output is one fp32 sum over k ascending (single rounding per FFMA), the same bits on every run.
 #include <cuda_runtime.h>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "wavealign/error.h"
 

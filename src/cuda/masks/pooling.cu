@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
 

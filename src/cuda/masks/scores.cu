@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/methods/rules.h"
-#include "cuda/attention/cuda_check.h"
+#include "methods/rules.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
 

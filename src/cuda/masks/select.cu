@@ -1,5 +1,5 @@
 // The per-segment selection of every mask method: one thread block per segment runs the bisection of
-// core/methods/selection_rule.h (the boundary element of the rule, then everything before it in the order
+// methods/selection_rule.h (the boundary element of the rule, then everything before it in the order
 // "descending value, ties to the lower index"), each step one pass over the segment and one block reduction.
 // No sort: 32 steps for the key and, only when the boundary value is tied and its ties are split, up to 31
 // more over the index. Segments longer than kRadixLength take the radix form of the same rules instead, over
@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "core/methods/selection_rule.h"
-#include "cuda/attention/cuda_check.h"
+#include "methods/selection_rule.h"
+#include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
 

@@ -3,8 +3,8 @@
 // read, and the column counts c = M^T 1 of the centering.
 #include <cuda_runtime.h>
 
-#include "core/ingest_rules.h"
-#include "cuda/attention/cuda_check.h"
+#include "ingest/ingest_rules.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 

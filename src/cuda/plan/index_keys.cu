@@ -1,4 +1,4 @@
-// Sort keys of the index orders `com` and `span` (src/core/order_com.cpp, order_span.cpp) from the bit-packed
+// Sort keys of the index orders `com` and `span` (src/plan/orders/com.cpp, order_span.cpp) from the bit-packed
 // rows, for the segmented sort of sort.cu. The CPU sorts the non-empty rows stably by the key and puts the empty
 // rows after them in original order; here every empty row gets the key +inf, which sorts after every finite key,
 // and the stable radix sort keeps equal keys (the empty rows among them) in row order. The mean is
@@ -9,7 +9,7 @@
 #include <climits>
 #include <cmath>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 

@@ -7,7 +7,7 @@
 #include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 

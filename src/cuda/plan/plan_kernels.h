@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/schedule_layout.h"
+#include "plan/schedule_layout.h"
 #include "wavealign/gpu_plan.h"
 
 namespace wavealign::cuda::plan {
@@ -31,7 +31,7 @@ struct WorkspaceLayout {
   size_t start = 0;        // double2 [H*MB]: Gaussian start block of Stage 1
   size_t profile = 0;      // double [skip_profile_grid_size(T, D)]: the skip profile's grid (kAuto with a profile)
   size_t prepared = 0;     // bytes of the prepared part: the offset where the scratch part begins
-  size_t error_key = 0;    // uint64: smallest scan key of a broken ingest rule (core/ingest_rules.h)
+  size_t error_key = 0;    // uint64: smallest scan key of a broken ingest rule (ingest/ingest_rules.h)
   size_t bits = 0;         // uint64 [H*MB*row_words]
   size_t bits_t = 0;       // uint64 [H*NB*col_words] (Stage 1 only)
   size_t col_count = 0;    // double [H*NB]
@@ -103,7 +103,7 @@ struct StatsParams {
   SkipPolicy policy = SkipPolicy::kNever;
   bool original_order = false;  // Order::kOriginal: never "skipped" unless the policy is kAlways
   // The gain part of kAuto (decide_by_profile) for heads the statistics let through; off when profile is null.
-  const double* profile = nullptr;  // device copy of the grid, core/skip_profile_grid.h's layout
+  const double* profile = nullptr;  // device copy of the grid, plan/skip/skip_profile_grid.h's layout
   int profile_token_count = 0, profile_density_count = 0;
   double log_tokens = 0;            // ln of the sequence length, computed on the host
   double tokens = 0;                // the sequence length itself, for the gain's d x L^2
@@ -175,7 +175,7 @@ void launch_wave_sort(const PlanShape& shape, const int32_t* order_in, const int
 /// make_plan's seeded Fisher-Yates shuffle of every head.
 void launch_shuffle(const PlanShape& shape, uint64_t seed, int32_t* order_out, cudaStream_t stream);
 /// Final permutation (identity for skipped heads, a null order or an invalid mask: `error` set with a nonzero
-/// code), inverse and schedule (core/schedule_layout.h).
+/// code), inverse and schedule (plan/schedule_layout.h).
 void launch_assemble(const PlanShape& shape, const int32_t* order, const uint8_t* skip, const MaskError* error,
                      const GpuPlanOutputs& outputs, cudaStream_t stream);
 /// write_batch_schedule's kernel.

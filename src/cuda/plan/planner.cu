@@ -11,9 +11,9 @@
 #include <variant>
 #include <vector>
 
-#include "core/random.h"
-#include "core/skip_profile_grid.h"
-#include "cuda/attention/cuda_check.h"
+#include "common/random.h"
+#include "plan/skip/skip_profile_grid.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/plan_kernels.h"
 #include "wavealign/error.h"
 #include "wavealign/gpu.h"

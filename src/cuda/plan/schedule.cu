@@ -1,10 +1,10 @@
 // Stage 2 (waves sorted by descending row NNZ, stable), the shuffled control order, the final
 // permutation / inverse / kernel schedule of every head, and the batch schedules of a finished plan (both in
-// the layout of core/schedule_layout.h).
+// the layout of plan/schedule_layout.h).
 #include <cuda_runtime.h>
 
-#include "core/random.h"
-#include "cuda/attention/cuda_check.h"
+#include "common/random.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 

@@ -7,7 +7,7 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <cuda_runtime.h>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/plan_kernels.h"
 
 namespace wavealign::cuda::plan {

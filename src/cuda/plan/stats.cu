@@ -1,11 +1,11 @@
-// Mask statistics of the adaptive skip (mask_stats in core/skip.cpp, same definitions) and the per-head
-// decision on the bit-packed rows: decide_skip's rule (core/skip_rule.h), the statistics first, then the
+// Mask statistics of the adaptive skip (mask_stats in plan/skip/skip.cpp, same definitions) and the per-head
+// decision on the bit-packed rows: decide_skip's rule (plan/skip/skip_rule.h), the statistics first, then the
 // calibrated profile's gain against its plan cost for the heads they let through.
 #include <cuda_runtime.h>
 
-#include "core/skip_profile_grid.h"
-#include "core/skip_rule.h"
-#include "cuda/attention/cuda_check.h"
+#include "plan/skip/skip_profile_grid.h"
+#include "plan/skip/skip_rule.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 
@@ -62,7 +62,7 @@ __global__ void wave_union_kernel(const uint64_t* __restrict__ bits, int heads, 
 }
 
 // The profile's per-head gain and plan cost at the head's density: the CPU's reads and arithmetic
-// (core/skip_profile_grid.h, as profile_skip_gain), so both sides compare the same two numbers.
+// (plan/skip/skip_profile_grid.h, as profile_skip_gain), so both sides compare the same two numbers.
 __device__ void profile_gain_and_cost(const StatsParams& params, double density, double& gain_ms, double& cost_ms) {
   const SkipProfileGrid grid =
       skip_profile_grid(params.profile, params.profile_token_count, params.profile_density_count);
@@ -99,7 +99,7 @@ __global__ void finalize_kernel(const int32_t* __restrict__ row_nnz, const doubl
   s.adjacent_jaccard = q_blocks > 1 ? jaccard_sum / (q_blocks - 1) : 1.0;
   s.wave_working_set_bytes = waves ? (long long)(wave_union[head]) * params.pair_bytes / waves : 0;
 
-  // decide_skip's rule (core/skip_rule.h): the statistics, then the profile's gain for the heads they let through.
+  // decide_skip's rule (plan/skip/skip_rule.h): the statistics, then the profile's gain for the heads they let through.
   double gain_ms = 0, cost_ms = 0;
   if (params.profile) profile_gain_and_cost(params, s.density, gain_ms, cost_ms);
   const SkipThresholds thresholds{params.working_set_fit, params.min_density, params.wave_working_set_fit,

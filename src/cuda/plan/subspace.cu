@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 

@@ -1,14 +1,14 @@
 // Device validation of a CSR or FlexAttention mask by the rules of wavealign/ingest.h: row_ptr's rules here
 // (the packers in bitpack.cu check the entries they read), then the record of the first violation. Every
 // check lowers one 64-bit key in the workspace to the violation's position in the host's scan order
-// (core/ingest_rules.h), so the smallest key is the violation the host reports first; one thread then
+// (ingest/ingest_rules.h), so the smallest key is the violation the host reports first; one thread then
 // decodes it with the host's decoder, reading the mask again, and writes the same MaskError.
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
-#include "core/ingest_rules.h"
-#include "cuda/attention/cuda_check.h"
+#include "ingest/ingest_rules.h"
+#include "common/cuda_check.h"
 #include "cuda/plan/device_util.cuh"
 #include "cuda/plan/plan_kernels.h"
 

@@ -3,7 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
 #include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm80/kernel.cuh"

@@ -7,7 +7,7 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
 #include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm90/kernel.cuh"

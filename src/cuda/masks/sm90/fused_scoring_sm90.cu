@@ -33,7 +33,7 @@
 
 #include <type_traits>
 
-#include "cuda/attention/cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
 #include "cuda/attention/sm90/mainloop.cuh"

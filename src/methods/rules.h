@@ -1,0 +1,117 @@
+// The index rules of the mask methods that the CPU references and the GPU generators share: which queries are
+// sampled, which block offset a diagonal pools into, how token budgets become block budgets, which blocks of
+// one grid overlap a block of another, and how far XAttention's reference pads its keys. nvcc compiles them
+// for both sides (WA_HOST_DEVICE), so the two cannot drift apart.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/host_device.h"
+#include "wavealign/methods.h"
+
+namespace wavealign::methods {
+
+/// Token position of sampled query r of m (0 <= r < m <= tokens): the centres of m equal segments of the
+/// sequence (strided; distinct because consecutive centres are tokens / m >= 1 apart) or the last m tokens.
+WA_HOST_DEVICE inline int64_t sampled_query(int r, int m, int64_t tokens, QuerySample sample) {
+  if (sample == QuerySample::kLast) return tokens - m + r;
+  return ((2 * int64_t(r) + 1) * tokens) / (2 * int64_t(m));
+}
+
+/// Query block of representative block r of count (0 <= r < count <= q_blocks), by the same rule.
+WA_HOST_DEVICE inline int representative_block(int r, int count, int q_blocks, QuerySample sample) {
+  return static_cast<int>(sampled_query(r, count, q_blocks, sample));
+}
+
+/// Number of diagonals delta = q - k a slash score covers: (-tokens, tokens) two-sided, [0, tokens) else.
+WA_HOST_DEVICE inline int64_t diagonal_count(int64_t tokens, bool two_sided) {
+  return two_sided ? 2 * tokens - 1 : tokens;
+}
+/// Offset delta of diagonal index t (the index order is ascending delta) and back.
+WA_HOST_DEVICE inline int64_t diagonal_offset(int64_t t, int64_t tokens, bool two_sided) {
+  return two_sided ? t - (tokens - 1) : t;
+}
+WA_HOST_DEVICE inline int64_t diagonal_index(int64_t delta, int64_t tokens, bool two_sided) {
+  return two_sided ? delta + (tokens - 1) : delta;
+}
+
+/// Block offset o = I - J that token offset delta pools into (FlexPrefill's slash blocks): floor(|delta| /
+/// block) with delta's sign. For delta >= 0 this is the reference's grouping when block divides the length;
+/// mirroring it keeps the rule symmetric (o = 0 then pools |delta| < block, both sides of the main diagonal).
+WA_HOST_DEVICE inline int64_t slash_block_offset(int64_t delta, int block) {
+  return delta >= 0 ? delta / block : -((-delta) / block);
+}
+
+/// FlexPrefill's block budget from the tokens that reach the coverage: tokens / budget_block + 1, clamped
+/// to [low, high] (high wins when low > high).
+WA_HOST_DEVICE inline int64_t budget_blocks(int64_t tokens_needed, int budget_block, int64_t low, int64_t high) {
+  int64_t blocks = tokens_needed / budget_block + 1;
+  if (blocks < low) blocks = low;
+  if (blocks > high) blocks = high;
+  return blocks;
+}
+
+/// The blocks of size `from` (count of them: from_count) whose tokens overlap block `index` of size `to`:
+/// [first, last). With both sizes dividing each other this is the OR-reduction (to > from) or the one
+/// enclosing block (to < from).
+struct BlockRange {
+  int first = 0;
+  int last = 0;
+};
+WA_HOST_DEVICE inline BlockRange overlapping_blocks(int index, int to, int from, int from_count) {
+  const int64_t begin = int64_t(index) * to, end = begin + to;
+  BlockRange range;
+  range.first = static_cast<int>(begin / from);
+  const int64_t last = (end + from - 1) / from;
+  range.last = static_cast<int>(last < from_count ? last : from_count);
+  return range;
+}
+
+/// Reshaped key columns XAttention's softmax covers: ceil(tokens / stride) when padded keys are masked; with
+/// the reference's padding, tokens rounded up to its chunk (P = the next power of two >= tokens; the chunk
+/// is P when P <= 16384, else max(2048, 2^28 / P)), divided by the stride.
+WA_HOST_DEVICE inline int64_t xattention_key_columns(int64_t tokens, int stride, bool mask_padded_keys) {
+  if (mask_padded_keys) return (tokens + stride - 1) / stride;
+  int64_t power = 1;
+  while (power < tokens) power <<= 1;
+  int64_t chunk = power;
+  if (power > 16384) {
+    chunk = (int64_t(1) << 28) / power;
+    if (chunk < 2048) chunk = 2048;
+  }
+  return (tokens + chunk - 1) / chunk * chunk / stride;
+}
+
+/// How XAttention's GPU row pass splits a key block of per_block logits (a power of two, block / stride) over
+/// threads: `group` consecutive threads (a divisor of 32), `width` consecutive logits each, so that a warp
+/// reads 32 x width consecutive floats (float4 loads: width 4 up to 128 logits per key block, 8 at 256;
+/// below 4 logits, one thread per key block).
+struct LaneSpan {
+  int group = 1;
+  int width = 1;
+};
+constexpr int kXAttentionMaxWidth = 8;
+WA_HOST_DEVICE inline LaneSpan xattention_lanes(int per_block) {
+  LaneSpan span;
+  span.group = per_block >= 4 ? (per_block / 4 < 32 ? per_block / 4 : 32) : 1;
+  span.width = per_block / span.group;
+  return span;
+}
+
+/// The masses the methods' cumulative rules measure their fraction against, on the CPU and the GPU alike
+/// (mass_target in selection_rule.h; kOwnTotal = each segment's own total). XAttention's threshold is a
+/// fraction of each row's mass. SpargeAttn's cdf and FlexPrefill's gamma are absolute cumulative probabilities,
+/// as in the references (cumsum <= tau): of 1 for a softmax row or a token distribution, of MB for
+/// FlexPrefill's pooled map of MB softmax rows. A one-sided slash distribution holds only the mass at
+/// delta >= 0 (the softmax runs over every key), so when that mass stays within gamma every diagonal counts.
+constexpr double kOwnTotal = 0;
+constexpr double kProbabilityMass = 1;
+WA_HOST_DEVICE inline double flexprefill_map_mass(int q_blocks) { return double(q_blocks); }
+
+/// Per-head value of a per-head option (one value for all heads, or one per head; host only).
+inline double per_head(const std::vector<double>& values, int head) {
+  return values.size() == 1 ? values[0] : values[head];
+}
+
+}  // namespace wavealign::methods
