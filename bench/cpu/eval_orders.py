@@ -14,14 +14,15 @@ Usage: bench/cpu/eval_orders.py [--build build] [--seeds 2] [--mask xattention-3
        (table and plot only; --h200: the logs of bench/gpu/run_h200_orders.sh fill the H200 columns)
 """
 import argparse
-import datetime
 import json
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 SYNTHETIC = {
     "video-0.28-401f": ["--mask", "video", "--density", "0.28", "--frames", "401"],
@@ -35,13 +36,6 @@ RANDOMISED = ("minhash", "shuffled")
 DEFAULT_VARIANT = {"hilbert": "rank=4", "morton": "rank=4", "chain": "rank=4", "spectral": "clusters=0"}
 FRAMES = {363600: 401, 147600: 161}
 HBM_BYTES_PER_S = 4.8e12  # H200 datasheet
-
-
-def cpu_model():
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def run_eval(binary, workload_args, seeds, workload_seed):
@@ -239,15 +233,13 @@ def main():
             workloads[name] = ["--mask", path]
         if args.only:
             workloads = {name: value for name, value in workloads.items() if name in args.only}
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        record = {"device": cpu_model(), "gpu": "h200", "commit": commit, "date": datetime.date.today().isoformat(),
-                  "command": f"bench/cpu/eval_orders.py --seeds {args.seeds} --workload-seed {args.workload_seed}",
-                  "workloads": {}}
+        record = result_record.make(
+            result_record.cpu_model(), f"bench/cpu/eval_orders.py --seeds {args.seeds} --workload-seed "
+            f"{args.workload_seed}", gpu="h200", workloads={})
         for name, workload_args in workloads.items():
             print(f"eval_orders: {name}", flush=True)
             record["workloads"][name] = run_eval(binary, workload_args, args.seeds, args.workload_seed)
-        pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+        result_record.write(args.out, record)
     table = markdown(record, h200_columns(args.h200) if args.h200 else None)
     pathlib.Path(args.table).write_text(table + "\n")
     plot(record, args.plot)

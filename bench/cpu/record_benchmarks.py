@@ -5,20 +5,15 @@ Usage: bench/cpu/record_benchmarks.py [--build build] [--out bench/results/cpu-b
 Prints one line per benchmark: name, real and CPU time.
 """
 import argparse
-import datetime
 import json
 import pathlib
-import platform
 import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 PROGRAMS = ["wa_bench_plan", "wa_bench_simulate"]
-
-
-def cpu_model():
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main():
@@ -26,9 +21,8 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--out", default="bench/results/cpu-benchmarks.json")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    record = {"device": f"{cpu_model()}, one thread", "commit": commit, "date": datetime.date.today().isoformat(),
-              "command": "bench/cpu/record_benchmarks.py --build " + args.build, "benchmarks": []}
+    record = result_record.make(f"{result_record.cpu_model()}, one thread",
+                                "bench/cpu/record_benchmarks.py --build " + args.build, benchmarks=[])
     for program in PROGRAMS:
         binary = pathlib.Path(args.build) / "bench" / program
         command = [str(binary), "--benchmark_format=json", "--benchmark_repetitions=5",
@@ -43,8 +37,7 @@ def main():
             record["benchmarks"].append(entry)
             print(f"{entry['name']:40s} {entry['real_time']:10.2f} {entry['time_unit']} real "
                   f"{entry['cpu_time']:10.2f} {entry['time_unit']} cpu")
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    result_record.write(args.out, record)
 
 
 if __name__ == "__main__":

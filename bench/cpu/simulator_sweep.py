@@ -6,11 +6,14 @@ prints a Markdown table.
 Usage: bench/cpu/simulator_sweep.py [--wavealign build/wavealign] [--out bench/results/cpu-simulator-sweep.json]
 """
 import argparse
-import datetime
 import json
 import pathlib
 import platform
 import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 ORDERS = "original,s1,s2,wavealign,shuffled"
 WORKLOADS = {
@@ -32,9 +35,8 @@ def main():
     parser.add_argument("--wavealign", default="build/wavealign")
     parser.add_argument("--out", default="bench/results/cpu-simulator-sweep.json")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    record = {"device": f"CPU simulator ({platform.machine()}), GPU model h200", "commit": commit,
-              "date": datetime.date.today().isoformat(), "command": "bench/cpu/simulator_sweep.py", "cases": []}
+    record = result_record.make(f"CPU simulator ({platform.machine()}), GPU model h200",
+                                "bench/cpu/simulator_sweep.py", cases=[])
     print("| workload | alpha | jitter | order | L2 hit | HBM read GB | vs original |")
     print("|---|---|---|---|---|---|---|")
     for name, workload_args in WORKLOADS.items():
@@ -51,8 +53,7 @@ def main():
                 print(f"| {name} | {alpha} | {jitter} | {order} | {100 * row['l2_hit_ratio']:.1f}% | "
                       f"{row['hbm_read_bytes'] / 1e9:.1f} | {row['l2_hit_ratio'] / base['l2_hit_ratio']:.2f}x hit, "
                       f"{row['hbm_read_bytes'] / base['hbm_read_bytes']:.2f}x bytes |")
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    result_record.write(args.out, record)
 
 
 if __name__ == "__main__":

@@ -9,21 +9,26 @@ Usage: bench/gpu/bench_masks.py BUILD [--out bench/results/h200-masks.json] [--c
                                 [--frames 401] [--heads 40] [--iters 3] [--attention-iters 2]
 Exit status 1 when the benchmark fails; a case that misses its target is marked MISSED (XAttention at S = 8
 does by construction, see bench_masks.cu) and recorded with meets_target false.
+
+The record holds one row per case, each with the commit, date and command of the call that measured it: the
+cases this call ran replace their rows, the other cases keep theirs, so a call with --cases re-measures part
+of the table without losing the rest.
 """
 import argparse
-import datetime
 import json
 import pathlib
 import subprocess
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
-def git_commit(root):
-    try:
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+
+def merged_runs(previous: list[dict], runs: list[dict], stamp: dict) -> list[dict]:
+    """This call's runs, each stamped with its commit, date and command, after the previous record's rows of
+    the cases this call did not run (which keep their own stamps)."""
+    ran = {run["case"] for run in runs}
+    return [row for row in previous if row["case"] not in ran] + [{**run, **stamp} for run in runs]
 
 
 def main():
@@ -49,15 +54,11 @@ def main():
         print(f"{run['case']:>16}: density {run['density']:.3f}, mask {run['mask_ms']:8.2f} ms, attention "
               f"{run['attention_ms']:8.1f} ms, share {100 * run['mask_share']:5.2f} % "
               f"(target {100 * run['target_share']:.0f} %{'' if run['meets_target'] else ', MISSED'})")
-    record = {
-        "device": runs[0]["gpu"] if runs else "unknown",
-        "commit": git_commit(pathlib.Path(__file__).resolve().parents[2]),
-        "date": datetime.date.today().isoformat(),
-        "command": "bench/gpu/bench_masks.py " + " ".join(sys.argv[1:]),
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    record = result_record.make(runs[0]["gpu"] if runs else "unknown",
+                                "bench/gpu/bench_masks.py " + " ".join(sys.argv[1:]))
+    previous = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
+    stamp = {field: record[field] for field in ("commit", "date", "command")}
+    result_record.write(args.out, {**record, "runs": merged_runs(previous, runs, stamp)})
     print(f"wrote {args.out}")
     if result.returncode != 0 or not runs:
         sys.exit(f"bench_masks.py: wa_bench_masks exited {result.returncode} after {len(runs)} cases")

@@ -6,16 +6,26 @@ masks (issue targets: WaveAlign order >= 1.05x FA4's best plug-in order, origina
 dense >= 1.03x FA4 dense).
 
 Usage: bench/gpu/collect_attention.py LOG_DIR [--wavealign build/wavealign] [--out bench/results/h200-attention.json]
+
+The record is this call's (bench/result_record.py's schema). The FlexAttention and SDPA rows and the ncu
+figures come from the script's peers and ncu parts; a call without them (kernel,fa4, say) keeps the previous
+record's call that had them, whole, under "flexattention_sdpa_ncu", so those numbers stay next to our kernel's
+rows of the same call.
 """
 import argparse
 import csv
-import datetime
 import io
 import json
 import pathlib
 import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 FRAMES = {363600: 401, 147600: 161}
+PEERS = "flexattention_sdpa_ncu"
+PEER_IMPLS = ("flexattention", "flexattention-tuned", "sdpa")
 DENSITY = {"video": 0.28, "random": 0.20}
 CLOCK_FIELDS = ("sm_clock_mhz", "power_w", "power_capped")
 
@@ -90,19 +100,32 @@ def print_fa4_comparison(cases):
                       f"{ratio:.3f}x | >= {goal:.2f}x {'met' if ratio >= goal else 'missed'} |")
 
 
+def has_peers_or_ncu(record: dict) -> bool:
+    return any(case["impl"] in PEER_IMPLS or case.get("l2_hit_ratio") is not None for case in record["cases"])
+
+
+def with_peers(record: dict, previous: dict | None) -> dict:
+    """`record`, and when it holds no FlexAttention, SDPA or ncu figures, the latest earlier call that did
+    (the previous record itself, or the one it kept) under PEERS."""
+    if has_peers_or_ncu(record) or not previous:
+        return record
+    if has_peers_or_ncu(previous):
+        return {**record, PEERS: {key: value for key, value in previous.items() if key != PEERS}}
+    return {**record, PEERS: previous[PEERS]} if PEERS in previous else record
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs")
     parser.add_argument("--wavealign", default="build/wavealign")
     parser.add_argument("--out", default="bench/results/h200-attention.json")
-    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--date", default=None, help="the day of the measurement (default: today)")
     args = parser.parse_args()
     logs = pathlib.Path(args.logs)
     kernel = read_jsonl(logs / "kernel.jsonl")
     peers = read_jsonl(logs / "peers.jsonl")
     ncu = read_ncu(logs / "ncu.csv")
     gpu = (logs / "gpu.txt").read_text().splitlines()[1] if (logs / "gpu.txt").exists() else "H200"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
     cases = []
     for row in kernel + [r for r in peers if "impl" in r]:
@@ -119,12 +142,12 @@ def main():
                       # boost): the clock of the timed runs says which state a number was measured in. Logs
                       # from before the clock was recorded give null.
                       **{field: row.get(field) for field in CLOCK_FIELDS}})
-    record = {"device": gpu, "commit": commit, "date": args.date,
-              "command": "bench/gpu/run_h200_attention.sh BUILD LOG_DIR {kernel,peers,ncu} (one call each); "
-                         "bench/gpu/collect_attention.py LOG_DIR",
-              "cases": cases, "checks": [r for r in peers if "check" in r],
-              "skipped": [r for r in peers if "skipped" in r]}
-    pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    record = result_record.make(
+        gpu, "bench/gpu/run_h200_attention.sh BUILD LOG_DIR PARTS; bench/gpu/collect_attention.py LOG_DIR",
+        date=args.date, cases=cases, checks=[r for r in peers if "check" in r],
+        skipped=[r for r in peers if "skipped" in r])
+    out = pathlib.Path(args.out)
+    result_record.write(out, with_peers(record, json.loads(out.read_text()) if out.exists() else None))
 
     # TF/s per GHz of the SM clock: the work done per cycle, which the power cap does not move.
     print("| case | impl | order | ms | TF/s | SM MHz | TF/s per GHz | vs original | L2 hit | DRAM read GB |")

@@ -17,6 +17,10 @@ import argparse
 import json
 import pathlib
 import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 KEY = ("config", "frames", "layers", "method", "backend", "order")
 TABLE_BEGIN, TABLE_END = "<!-- e2e table: bench/gpu/collect_e2e.py -->", "<!-- end of e2e table -->"
@@ -114,8 +118,7 @@ def main() -> None:
               "command": "bench/gpu/bench_e2e.py --frames F --layers N ... --out LOG (one call per part); "
                          "bench/gpu/collect_e2e.py LOG",
               "rows": rows, "skipped": skipped}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    result_record.write(args.out, record)
     text = table(rows)
     print(text)
     if args.docs is not None:

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import result_record  # noqa: E402
 RUN_SCRIPT = ROOT / "bench" / "gpu" / "run_evaluation.sh"
 METHODS = ("xattention", "sparge", "minference", "flexprefill")
 LABELS = {"xattention": "XAttention", "sparge": "SpargeAttn", "minference": "MInference", "flexprefill": "FlexPrefill",
@@ -886,11 +888,6 @@ def simulate_logs(folder: pathlib.Path, cli: str, sim_frames: list[int], measure
 
 # ---- main ----------------------------------------------------------------------------------------------------
 
-def git_commit() -> str:
-    result = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return result.stdout.strip() or "unknown"
-
-
 def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: str) -> dict:
     run = next((row for row in reversed(logs.meta) if "command" in row), {})
     # Parts of one evaluation may come from different commits (timing re-run later than ncu): name each once.
@@ -910,9 +907,10 @@ def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: s
             late = " (out of its budget)" if row["rc"] == 124 else ""
             logs.notes.append(f"step {row['step']} exited {row['rc']}{late}")
     record = {
+        "device": logs.device, "commit": ", ".join(commits) if commits else result_record.git_commit(),
+        "date": run.get("date", date),
         "command": "; ".join(row["command"] for row in logs.meta if "command" in row) +
                    ("" if logs.simulated else f"; bench/gpu/collect_evaluation.py {logs.folder.name}"),
-        "device": logs.device, "commit": ", ".join(commits) if commits else git_commit(), "date": run.get("date", date),
         "collected": date, "mode": "simulated" if logs.simulated else "measured",
         "simulation": next((row["description"] for row in logs.meta if "description" in row), None),
         "environment": logs.env, "paper": PAPER, "masks": list(logs.masks.values()),
@@ -924,7 +922,7 @@ def collect(logs: Logs, figures: pathlib.Path, doc: pathlib.Path | None, date: s
         "notes": logs.notes, "figure_files": {},
     }
     if record["commit"] == "unknown":
-        record["commit"] = f"unknown (collected at {git_commit()})"
+        record["commit"] = f"unknown (collected at {result_record.git_commit()})"
     figures.mkdir(parents=True, exist_ok=True)
     plt = _pyplot()
     derived = record["derived"]
@@ -969,6 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = args.out or (args.logs / "evaluation.json" if logs.simulated else ROOT / "bench" / "results" /
                        "h200-evaluation.json")
+    result_record.check(record, str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1, default=_json_default) + "\n")
     print(f"wrote {out}, {len(record['figure_files'])} figures in {args.figures}"

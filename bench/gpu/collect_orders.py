@@ -10,21 +10,22 @@ Every speedup is against the paper's S1 + S2 (order "wavealign") of the same met
 "kernel" compares kernel times, "with plan" adds each order's own plan cost as the driver timed it on the host
 (GPU plan with the tensors the kernel reads, or the CPU plan of orders that have no GPU plan). The bound row
 ("packed rows", impl wavealign) is the same mask with each row's blocks moved to its first columns: the most
-K/V sharing any order could give. The JSON keeps earlier runs and appends this one (replacing a run of the same
-commit). --ncu adds each of our kernel's cases' L2 hit rate, HBM SOL and HBM bytes read from the orders-ncu step
+K/V sharing any order could give. --out writes the run's record (bench/result_record.py's schema), replacing
+the file's earlier one. --ncu adds each of our kernel's cases' L2 hit rate, HBM SOL and HBM bytes read from the orders-ncu step
 (one profiled launch per case, matched to its case as bench/gpu/collect_evaluation.py matches them).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import collect_evaluation  # noqa: E402  (the one reader of the evaluation's ncu logs)
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 METHODS, LABELS = collect_evaluation.METHODS, collect_evaluation.LABELS
 BACKENDS = {"wavealign": "our kernel", "flashattention4": "FA4"}
@@ -167,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("log", type=pathlib.Path, help="orders.jsonl of run_evaluation.sh's orders step")
     parser.add_argument("--commit", required=True, help="the commit the run was made from")
     parser.add_argument("--command", default="WA_ORDER_FRAMES=401 bench/gpu/run_evaluation.sh build LOG orders")
-    parser.add_argument("--date", default=datetime.date.today().isoformat())
-    parser.add_argument("--out", type=pathlib.Path, default=None, help="the results JSON to append the run to")
+    parser.add_argument("--date", default=None, help="the day of the run (default: today)")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="the results JSON to write the run's record to")
     parser.add_argument("--ncu", type=pathlib.Path, default=None, help="the orders-ncu folder of the same run")
     parser.add_argument("--markdown", action="store_true", help="print the tables")
     parser.add_argument("--plot", type=pathlib.Path, default=None, help="write the speedup bars to this PNG")
@@ -183,12 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot is not None:
         plot(derived, args.plot)
     if args.out is not None:
-        record = json.loads(args.out.read_text()) if args.out.exists() else {}
-        runs = [run for run in record.get("runs", []) if run.get("commit") != args.commit]
-        runs.append({"device": env.get("device"), "commit": args.commit, "date": args.date, "command": args.command,
-                     "fa4": env.get("fa4"), "derived": derived, "rows": rows})
-        record["runs"] = runs
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        result_record.write(args.out, result_record.make(
+            env.get("device") or "unknown", args.command, commit=args.commit, date=args.date, fa4=env.get("fa4"),
+            derived=derived, rows=rows))
     return 0
 
 

@@ -13,6 +13,9 @@ import json
 import pathlib
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
+
 
 def layer_attention_ms(path, heads, tokens):
     """Our kernel's time for `heads` heads of `tokens` tokens in WaveAlign order, and the record's commit."""
@@ -30,7 +33,7 @@ def main():
     parser.add_argument("--attention", type=pathlib.Path, default=pathlib.Path("bench/results/h200-attention.json"))
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/h200-plan.json"))
     parser.add_argument("--tokens", type=int, default=363600, help="sequence length of the planned layer")
-    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--commit", default=None, help="the commit the planner was built from (default: HEAD)")
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     parser.add_argument("--command", default="wa_bench_plan_gpu --repeats 20 --stage1 all --input both")
     args = parser.parse_args()
@@ -52,8 +55,8 @@ def main():
     if not runs:
         sys.exit(f"no JSON line in {args.log}")
     device = json.loads(next(l for l in args.log.read_text().splitlines() if l.startswith("{")))["device"]
-    args.out.write_text(json.dumps({"device": device, "commit": args.commit, "date": args.date,
-                                    "command": args.command, "runs": runs}, indent=1) + "\n")
+    result_record.write(args.out, result_record.make(device, args.command, commit=args.commit, date=args.date,
+                                                     runs=runs))
     for run in runs:
         share = run["plan_share_of_attention"]
         print(f"{run['stage1_products']:>7} {run['input']:>5}: plan {run['plan_ms']:.2f} ms, graph "

@@ -5,7 +5,8 @@ executed warp instructions (in total and per 128 x 128 block), issue rate, the p
 predicated-on threads per warp, the top stall reasons (warps stalled per issue), registers and shared memory per
 CTA, grid, L2 hit rate and DRAM bytes (read and written).
 
-    python3 bench/gpu/collect_side_by_side.py LOG_DIR [--json OUT.json] [--markdown] [--source]
+    python3 bench/gpu/collect_side_by_side.py LOG_DIR [--json OUT.json [--device D] [--commit C] [--command X]]
+                                              [--markdown] [--source]
 
 Reads LOG_DIR/{ours-sparse,ours-dense,fa4}.csv (ncu's raw page; fa4.csv holds the sparse then the dense launch;
 without ours-dense.csv, SIDE_DENSE=0, the sparse launches alone)
@@ -13,6 +14,9 @@ and LOG_DIR/side-cases.jsonl (the mask's nonzero block count). --source also rea
 (ncu's source page of the sparse launch, `SIDE_SOURCE=1 bench/gpu/ncu_side_by_side.sh`) and splits each
 consumer loop at its landmarks (the S GEMM's first wgmma, the PV GEMM's first wgmma, the wait for S) into
 phases, each with its instructions and SM cycles per consumer warp and KV block and its largest stall reasons.
+--json writes the call's record in bench/result_record.py's schema (device: the profiled GPU, else --device;
+commit: --commit, else the checkout's HEAD). bench/results/h200-kernel-side-by-side.json holds the WaveAlign-order
+call and, under "original_order", the SIDE_ORDER=original one.
 """
 import argparse
 import collections
@@ -21,6 +25,9 @@ import json
 import pathlib
 import re
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
 
 BLOCK = 128
 PIPES = ("tensor_op_gmma", "fma", "alu", "fmaheavy", "xu", "lsu", "uniform", "adu", "cbu")
@@ -158,6 +165,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", type=pathlib.Path)
     parser.add_argument("--json", type=pathlib.Path)
+    parser.add_argument("--device", help="the GPU, when ncu's page does not name it")
+    parser.add_argument("--commit", help="the commit the profiled binaries were built from (default: HEAD)")
+    parser.add_argument("--command", help="the command of the profile (default: ncu_side_by_side.sh LOG)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--source", action="store_true", help="also the consumer loops' phases from the source pages")
     args = parser.parse_args()
@@ -196,7 +206,11 @@ def main() -> int:
                 cells.append(f"{entry['instructions_per_warp']:.0f} / {entry['cycles_per_warp']:.0f} ({top})")
             print(f"| {phase} | " + " | ".join(cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        named = fa4[0].get("device__attribute_display_name", (None,))[0]
+        result_record.write(args.json, result_record.make(
+            named or args.device or "unknown",
+            args.command or "bench/gpu/ncu_side_by_side.sh BUILD LOG; bench/gpu/collect_side_by_side.py LOG --json OUT",
+            commit=args.commit, **result))
     if args.markdown:
         names = list(table)
         def line(label, fmt):

@@ -17,6 +17,9 @@ import pathlib
 import statistics
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import result_record  # noqa: E402
+
 FORMAT = "wavealign-skip-profile"
 VERSION = 1
 MASK = "video"
@@ -200,8 +203,7 @@ def main():
                 "(plan_density: the density it reached)",
         "points": points,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(profile, indent=1) + "\n")
+    result_record.write(args.out, profile)
     text = table(points, args.plan_reuse)
     print(text)
     if args.table:

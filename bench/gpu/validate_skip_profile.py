@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 
-from make_skip_profile import read_jsonl, read_meta
+from make_skip_profile import read_jsonl, read_meta, result_record
 
 
 def collect(logs):
@@ -138,7 +138,7 @@ def main():
     if args.out:
         meta = read_meta(args.logs / "meta.txt")
         profile = json.loads(args.profile.read_text())
-        args.out.write_text(json.dumps({
+        result_record.write(args.out, {
             "device": profile.get("device"), "commit": meta.get("commit", "unknown"),
             "date": meta.get("date") or datetime.date.today().isoformat(),
             "command": "bench/gpu/calibrate_skip.sh BUILD_DIR LOG_DIR (held-out FRAMES/DENSITIES, ORDERS="
@@ -146,7 +146,7 @@ def main():
                        f"{args.profile}",
             "profile": str(args.profile), "plan_reuse": args.plan_reuse, "noise_floor": args.noise_floor,
             "decisions_right": right, "cells": len(rows), "cells_within_noise": len(rows) - len(failures),
-            "rows": rows}, indent=1) + "\n")
+            "rows": rows})
     sys.exit(1 if failures else 0)
 
 

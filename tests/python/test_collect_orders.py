@@ -49,18 +49,21 @@ def test_a_later_row_of_the_same_case_replaces_the_earlier(tmp_path):
     assert [r["ms"] for r in rows] == [20.0] and env["device"] == "fixture"
 
 
-def test_ncu_figures_join_their_case_and_the_results_file_keeps_other_runs(tmp_path):
+def test_ncu_figures_join_their_case_and_the_results_file_holds_this_run_alone(tmp_path):
     log = write(tmp_path, [row("wavealign", "original", 12.0, 0.0), row("wavealign", "wavealign", 10.0, 1.0)])
     out = tmp_path / "results.json"
-    out.write_text(json.dumps({"runs": [{"commit": "older"}, {"commit": "c1", "stale": True}]}))
-    assert collect_orders.main([str(log), "--commit", "c1", "--ncu", str(FIXTURE), "--out", str(out)]) == 0
-    runs = json.loads(out.read_text())["runs"]
-    assert [run["commit"] for run in runs] == ["older", "c1"] and "stale" not in runs[1]
-    profiled = {r["order"]: r for r in runs[1]["derived"]}
+    out.write_text(json.dumps({"device": "old", "commit": "older", "date": "2000-01-01", "command": "old",
+                               "rows": [], "stale": True}))
+    assert collect_orders.main([str(log), "--commit", "c1", "--date", "2026-12-04", "--ncu", str(FIXTURE),
+                                "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert [record[key] for key in ("device", "commit", "date")] == ["fixture", "c1", "2026-12-04"]
+    assert "stale" not in record and "runs" not in record
+    profiled = {r["order"]: r for r in record["derived"]}
     ncu = collect_orders.read_ncu(FIXTURE)[("wavealign", "xattention", 9, "wavealign")]
     assert profiled["wavealign"]["l2_hit_pct"] == ncu["l2_hit_pct"] is not None
     assert 0 < profiled["original"]["hbm_sol_pct"] <= 100
-    assert "L2 hit / HBM SOL / HBM read" in collect_orders.markdown(runs[1]["derived"])
+    assert "L2 hit / HBM SOL / HBM read" in collect_orders.markdown(record["derived"])
 
 
 def test_no_reference_row_is_an_error(tmp_path, capsys):

@@ -54,10 +54,13 @@ def write_logs(folder, ours=BASE):
 def test_per_block_figures_come_from_duration_clock_and_counts(tmp_path):
     write_logs(tmp_path)
     out = tmp_path / "side.json"
-    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out), "--markdown"],
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out), "--markdown",
+                             "--device", "made-up GPU", "--commit", "abc1234"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    kernels = json.loads(out.read_text())["kernels"]
+    record = json.loads(out.read_text())
+    assert (record["device"], record["commit"]) == ("made-up GPU", "abc1234")
+    assert "collect_side_by_side.py" in record["command"] and len(record["date"]) == 10
+    kernels = record["kernels"]
     sparse, dense = kernels["ours sparse"], kernels["FA4 dense"]
     assert sparse["sm_cycles_per_block"] == pytest.approx(0.1 * 1.5e9 * 132 / 1000)  # 150 M cycles x 132 SMs
     assert dense["sm_cycles_per_block"] == pytest.approx(0.1 * 1.5e9 * 132 / 2000)
