@@ -110,7 +110,10 @@ def test_document_blocks_are_filled_and_the_prose_kept(tmp_path):
     collect(tmp_path, doc=doc)
     first = doc.read_text()
     assert "A sentence written by hand." in first
-    assert "| our kernel | XAttention | 10,800 | 8.00 | 6.40 | 0.40 | 1.176× |" in first
+    fig10 = first.split("<!-- generated: fig10 -->")[1].split("<!-- end generated: fig10 -->")[0]
+    assert "At 10,800 tokens (9 frames).\n\n" in fig10  # the times at the longest length only
+    assert "| our kernel | XAttention | 8.00 | 6.40 | 0.40 | 1.176× |" in fig10
+    assert "7,200" not in fig10  # the 5-frame rows stay in the record
     assert "![fig10](figures/evaluation-fig10.png)" in first
     assert "NOT equal: flashattention4 plugin wavealign vs original (xattention, 5 frames" in first
     collect(tmp_path, doc=doc)
