@@ -271,6 +271,12 @@ def _supported(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: i
     return _core.cuda_query_support(heads, tokens, head_dim, q_block, kv_block, element, kernel, device)
 
 
+@functools.lru_cache(maxsize=64)
+def _workspace_bytes(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: int, element: str,
+                     kernel: str) -> int:
+    return _core.cuda_workspace_bytes(heads, tokens, head_dim, q_block, kv_block, element, kernel)
+
+
 def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
                    q_block: int, kv_block: int, scale: float, traversal: str, kernel: str) -> tuple[Any, Any]:
     """The fused kernel: the whole batch in one launch, on the current torch stream of q's device."""
@@ -291,7 +297,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
     supported, reason, _ = _supported(heads, length, head_dim, q_block, kv_block, element, kernel, device)
     if not supported:
         raise RuntimeError(f"the wavealign CUDA kernel cannot run this call: {reason}")
-    workspace = torch.empty(_core.cuda_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel),
+    workspace = torch.empty(_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel),
                             dtype=torch.uint8, device=q.device)
     # A stride of a size-1 dimension is never stepped over: 0 lets the kernel take its default.
     batch_strides = tuple(x.stride(0) if batch > 1 else 0 for x in (q, k, v, o))
