@@ -138,6 +138,11 @@ class DeviceHandle:
                     message, skipped, reasons, stats = self._planner.decode(block)
                     self._message = message
                     self._decoded = (skipped, reasons, stats)
+                    # The stream has passed the plan: the mask's arrays and the planner are no longer needed,
+                    # and a plan kept alive past the program (by a compiled graph, say) holds no extension
+                    # object then.
+                    self._planner = None
+                    self._view = None
         if self._message is not None:
             raise ValueError(self._message)
 
