@@ -46,10 +46,10 @@ enum class KernelPath { kAuto, kSm90, kSm80 };
 /// and token strides. LSE is [batch, heads, tokens] float32 (natural log), contiguous. The mask is CSR in
 /// the original row order over `mask_heads` heads: row r = mask head * q_blocks + query block, ascending KV
 /// indices. mask_heads = heads shares one mask across the batch; mask_heads = batch * heads gives every
-/// batch entry its own. The schedule names (head, q_block) items with head = b * heads + h in
-/// [0, batch * heads): the kernel pops them from an atomic ticket in array order, reads Q / writes O and LSE
-/// at each item's original rows of entry (b, h), and walks mask row (mask_heads == heads ? h : head) *
-/// q_blocks + q_block. One launch runs the whole batch.
+/// batch entry its own; mask_heads = 1 shares one head's mask across all (mask_heads_fit, schedule.h). The
+/// schedule names (head, q_block) items with head = b * heads + h in [0, batch * heads): the kernel pops them
+/// from an atomic ticket in array order, reads Q / writes O and LSE at each item's original rows of entry
+/// (b, h), and walks mask row (head % mask_heads) * q_blocks + q_block. One launch runs the whole batch.
 struct SparseAttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -58,7 +58,7 @@ struct SparseAttentionArgs {
   float* lse = nullptr;  // may be null: LSE not written
   int batch = 1;
   int heads = 0;
-  int mask_heads = 0;  // 0 = heads (one mask shared by the batch); else heads or batch * heads
+  int mask_heads = 0;  // 0 = heads (one mask shared by the batch); else heads, batch * heads or 1
   int64_t tokens = 0;
   int head_dim = 128;
   BlockShape block;

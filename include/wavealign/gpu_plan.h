@@ -20,6 +20,7 @@
 #include "wavealign/enums.h"
 #include "wavealign/ingest.h"
 #include "wavealign/plan.h"
+#include "wavealign/plan_buffers.h"
 #include "wavealign/schedule.h"
 #include "wavealign/skip.h"
 
@@ -74,6 +75,10 @@ struct GpuPlanOutputs {
   int32_t* permuted_col_idx = nullptr;
   int64_t permuted_col_capacity = 0;
 };
+
+/// The outputs of a plan in a device buffer of `layout` (wavealign/plan_buffers.h): every output at its region,
+/// the schedule in the sequential head order. `buffer` must be aligned to kPlanBufferAlignment.
+GpuPlanOutputs plan_outputs(const PlanBufferLayout& layout, void* buffer);
 
 /// Device time of each stage, from CUDA events recorded around them by plan_timed() (benchmarks only).
 struct GpuPlanTimes {
@@ -145,6 +150,12 @@ class GpuPlanner {
   bool plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* prepared, void* scratch,
             size_t scratch_bytes, Stream stream, std::optional<uint64_t> cache_key = std::nullopt);
 
+  /// The same into one buffer of plan_buffer_layout(mask) (or a layout of this shape with at least its
+  /// capacities): every output at its region (plan_outputs). Throws InvalidArgument naming "layout" for a layout
+  /// of another shape or smaller capacities, "buffer" when null or misaligned, and plan()'s arguments.
+  bool plan(const DeviceMask& mask, const PlanBufferLayout& layout, void* buffer, const void* prepared,
+            void* scratch, size_t scratch_bytes, Stream stream);
+
   /// plan() with CUDA events around each stage; synchronizes on the last event to read the times. For
   /// benchmarks, not for the hot path (never cached).
   GpuPlanTimes plan_timed(const DeviceMask& mask, const GpuPlanOutputs& outputs, void* workspace, Stream stream);
@@ -187,6 +198,16 @@ class GpuPlanner {
   std::vector<CacheEntry> cache_;
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
 };
+
+/// Device scratch bytes of validate_mask for this view: its error key and, for a CSR or FlexAttention mask, the
+/// bit-packed rows its entries are checked into.
+size_t mask_validation_bytes(const DeviceMask& mask);
+
+/// The mask's values checked on the device by the rules of wavealign/ingest.h, without a plan: `record` gets
+/// the first broken rule (code 0 = valid), the record find_mask_error() gives on the host. A dense mask is
+/// always valid. Asynchronous on `stream`; `scratch` holds mask_validation_bytes(mask) (InvalidArgument naming
+/// "scratch" or "record" otherwise).
+void validate_mask(const DeviceMask& mask, MaskError* record, void* scratch, size_t scratch_bytes, Stream stream);
 
 /// GpuPlanner(heads, q_blocks, kv_blocks, config).workspace_bytes().
 size_t plan_workspace_bytes(int heads, int q_blocks, int kv_blocks, const PlanConfig& config);

@@ -5,22 +5,11 @@
 #include <span>
 #include <vector>
 
+#include "wavealign/attention_shape.h"
 #include "wavealign/mask.h"
 #include "wavealign/schedule.h"
 
 namespace wavealign {
-
-/// Shapes of one attention call. Tensors are [batch, heads, tokens, head_dim], contiguous.
-struct AttentionShape {
-  int heads = 0;
-  int64_t tokens = 0;
-  int head_dim = 0;
-  BlockShape block;
-  int batch = 1;
-  int q_blocks() const { return blocks_for(tokens, block.q_block); }
-  int kv_blocks() const { return blocks_for(tokens, block.kv_block); }
-  int entries() const { return batch * heads; }  // (batch entry, head) pairs: entry e = b * heads + h
-};
 
 /// O = softmax(Q K^T * scale) V restricted, for each query block, to the KV blocks of its mask row (keys
 /// past `tokens` in the last block are excluded). LSE = natural log of the softmax denominator of the scaled

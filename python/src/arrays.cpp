@@ -67,9 +67,26 @@ ScalarType scalar_type(const AnyArray& array) {
 std::string scalar_type_name(const AnyArray& array) {
   const ScalarType type = scalar_type(array);
   if (type != ScalarType::kOther) return type_name(type);
+  // The numpy/torch spelling of the DLPack type classes (int8, uint16, complex64, ...); the float8 formats by
+  // their torch names.
   const nb::dlpack::dtype dtype = array.dtype();
-  return "dlpack dtype (code " + std::to_string(dtype.code) + ", " + std::to_string(dtype.bits) + " bits, " +
-         std::to_string(dtype.lanes) + " lanes)";
+  const char* kind = nullptr;
+  switch (nb::dlpack::dtype_code(dtype.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: kind = "bool"; break;
+    case nb::dlpack::dtype_code::Float8_E4M3FN: return "float8_e4m3fn";
+    case nb::dlpack::dtype_code::Float8_E5M2: return "float8_e5m2";
+    default: break;
+  }
+  std::string name = kind ? std::string(kind) + std::to_string(dtype.bits)
+                          : "an unknown DLPack type (code " + std::to_string(dtype.code) + ", " +
+                                std::to_string(dtype.bits) + " bits)";
+  if (dtype.lanes != 1) name += " x " + std::to_string(dtype.lanes) + " lanes";
+  return name;
 }
 
 void require_cpu(const AnyArray& array, const char* argument) {

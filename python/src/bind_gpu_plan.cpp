@@ -1,9 +1,9 @@
 // The GPU planner (wavealign::cuda::GpuPlanner) on device arrays. The mask comes as a checked view of its
-// arrays (MaskArrays, the same checks as the host ingest); the Python side allocates the prepared workspace,
-// each call's scratch and the outputs through torch and passes their addresses and the caller's stream, so
-// plan() costs no host synchronization. The per-head statistics, skip flags and the mask's validation record
-// come back to the host only when the caller reads them (decode()). Without the CUDA library only
-// `has_gpu_plan = False` is bound.
+// arrays (MaskArrays, the same checks as the host ingest); the Python side allocates, through torch, the
+// prepared workspace, each call's scratch and one output buffer of the layout C++ gives (plan_layout), and
+// passes their addresses and the caller's stream, so plan() costs no host synchronization. The host block of
+// that buffer (the mask's validation record, the per-head statistics and skip codes) comes back to the host only
+// when the caller reads it (decode()). Without the CUDA library only `has_gpu_plan = False` is bound.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -41,19 +41,6 @@ T* pointer(uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-// The host copy of a device buffer (numpy uint8, C-contiguous) as `count` values of T.
-template <class T>
-std::vector<T> values_of(const AnyArray& bytes, size_t count, const char* argument) {
-  require_cpu(bytes, argument);
-  require_type(bytes, argument, {ScalarType::kUint8, ScalarType::kBool});
-  require_c_contiguous(bytes, argument);
-  WA_CHECK_ARG(bytes.nbytes() == count * sizeof(T), argument, "has ", bytes.nbytes(), " bytes, expected ",
-               count * sizeof(T));
-  std::vector<T> values(count);
-  if (count) std::memcpy(values.data(), bytes.data(), count * sizeof(T));
-  return values;
-}
-
 // The reason make_plan gives for the same decision: skip_reason_text of the device's code with the device's
 // statistics and, with a profile, the gain and plan cost that the device compared (profile_skip_gain reads them
 // as the device does: one shared implementation, plan/skip/skip_profile_grid.h).
@@ -65,20 +52,33 @@ std::string reason_of(const cuda::GpuPlanner& planner, SkipReason code, const Ma
   return skip_reason_text(code, config.skip, config.order, &stats, config.skip_model, &gain);
 }
 
-// (skipped, reasons, stats) in the layout of the CPU plan's (see bind_plan.cpp); the GPU plan has no per-head
-// timings, so those entries are NaN.
-std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuPlanner& planner,
-                                                                 const AnyArray& stats_bytes,
-                                                                 const AnyArray& skip_bytes) {
+// (message or None, skipped, reasons, stats) from the host copy of a plan's host block (the record, the
+// statistics and the skip codes of plan_buffer_layout, bytes [0, host_block_bytes)), in the layout of the CPU
+// plan's decisions (see bind_plan.cpp); the GPU plan has no per-head timings, so those entries are NaN.
+nb::tuple decode(const cuda::GpuPlanner& planner, const AnyArray& host_block) {
+  const PlanBufferLayout layout =
+      plan_buffer_layout(planner.heads(), planner.q_blocks(), planner.kv_blocks(), 0, 0);
+  require_cpu(host_block, "host_block");
+  require_type(host_block, "host_block", {ScalarType::kUint8});
+  require_c_contiguous(host_block, "host_block");
+  WA_CHECK_ARG(host_block.nbytes() == layout.host_block_bytes, "host_block", "has ", host_block.nbytes(),
+               " bytes, expected ", layout.host_block_bytes);
+  const auto* bytes = static_cast<const uint8_t*>(host_block.data());
+  MaskError record;
+  std::memcpy(&record, bytes + layout.record.offset, sizeof(MaskError));
+  nb::object message = nb::none();
+  if (record.code != int32_t(MaskErrorCode::kNone))
+    message = nb::str(("invalid argument '" + std::string(mask_error_argument(MaskErrorCode(record.code))) +
+                       "': " + mask_error_text(record)).c_str());
   const size_t heads = size_t(planner.heads());
-  const std::vector<MaskStats> stats = values_of<MaskStats>(stats_bytes, heads, "stats");
-  const std::vector<uint8_t> flags = values_of<uint8_t>(skip_bytes, heads, "skip");
+  std::vector<MaskStats> stats(heads);
+  if (heads) std::memcpy(stats.data(), bytes + layout.stats.offset, heads * sizeof(MaskStats));
   const double not_measured = std::numeric_limits<double>::quiet_NaN();
   nb::list skipped;
   std::vector<std::string> reasons;
   int skipped_heads = 0;
   for (size_t h = 0; h < heads; ++h) {
-    const auto flag = static_cast<SkipReason>(flags[h]);
+    const auto flag = static_cast<SkipReason>(bytes[layout.skip.offset + h]);
     const bool is_skipped = flag != SkipReason::kNone;
     skipped_heads += is_skipped;
     skipped.append(is_skipped);
@@ -87,15 +87,7 @@ std::tuple<nb::list, std::vector<std::string>, nb::dict> decode(const cuda::GpuP
   const std::vector<HeadPlanTimes> times(heads, {not_measured, not_measured, not_measured});
   nb::dict result = plan_stats_dict(stats, times, not_measured, planner.wave_size(), planner.config().order,
                                     skipped_heads);
-  return {skipped, reasons, result};
-}
-
-// Device addresses (Python ints) of one plan's outputs; 0 = not written.
-template <class T>
-void address_field(nb::class_<cuda::GpuPlanOutputs>& type, const char* name, T* cuda::GpuPlanOutputs::*field) {
-  type.def_prop_rw(
-      name, [field](const cuda::GpuPlanOutputs& o) { return reinterpret_cast<uintptr_t>(o.*field); },
-      [field](cuda::GpuPlanOutputs& o, uintptr_t address) { o.*field = pointer<T>(address); });
+  return nb::make_tuple(message, skipped, reasons, result);
 }
 
 }  // namespace
@@ -103,27 +95,20 @@ void address_field(nb::class_<cuda::GpuPlanOutputs>& type, const char* name, T* 
 void bind_gpu_plan(nb::module_& module) {
   module.attr("has_gpu_plan") = true;
   module.attr("gpu_plan_stats_bytes") = sizeof(MaskStats);
-
-  nb::class_<cuda::GpuPlanOutputs> outputs(module, "GpuPlanOutputs",
-                                           "Device addresses of one GPU plan's outputs (0 = not written).");
-  outputs.def(nb::init<>())
-      .def_prop_rw(
-          "concurrent", [](const cuda::GpuPlanOutputs& o) { return o.head_order == HeadOrder::kConcurrent; },
-          [](cuda::GpuPlanOutputs& o, bool concurrent) {
-            o.head_order = concurrent ? HeadOrder::kConcurrent : HeadOrder::kSequential;
-          })
-      .def_rw("csr_col_capacity", &cuda::GpuPlanOutputs::csr_col_capacity)
-      .def_rw("permuted_col_capacity", &cuda::GpuPlanOutputs::permuted_col_capacity);
-  address_field(outputs, "permutations", &cuda::GpuPlanOutputs::permutations);
-  address_field(outputs, "inverses", &cuda::GpuPlanOutputs::inverses);
-  address_field(outputs, "schedule", &cuda::GpuPlanOutputs::schedule);
-  address_field(outputs, "stats", &cuda::GpuPlanOutputs::stats);
-  address_field(outputs, "skip", &cuda::GpuPlanOutputs::skip);
-  address_field(outputs, "error", &cuda::GpuPlanOutputs::error);
-  address_field(outputs, "csr_row_ptr", &cuda::GpuPlanOutputs::csr_row_ptr);
-  address_field(outputs, "csr_col_idx", &cuda::GpuPlanOutputs::csr_col_idx);
-  address_field(outputs, "permuted_row_ptr", &cuda::GpuPlanOutputs::permuted_row_ptr);
-  address_field(outputs, "permuted_col_idx", &cuda::GpuPlanOutputs::permuted_col_idx);
+  module.def(
+      "mask_validation_bytes", [](const MaskArrays& mask) { return cuda::mask_validation_bytes(mask.view); },
+      nb::arg("view"), "Device scratch bytes of validate_mask for this mask.");
+  module.def(
+      "validate_mask",
+      [](const MaskArrays& mask, uintptr_t record, uintptr_t scratch, size_t scratch_bytes, uintptr_t stream) {
+        WA_CHECK_ARG(mask.device_type == nb::device::cuda::value, "mask", "must be on a CUDA device");
+        nb::gil_scoped_release unlocked;
+        cuda::validate_mask(mask.view, pointer<MaskError>(record), pointer<void>(scratch), scratch_bytes,
+                            pointer<CUstream_st>(stream));
+      },
+      nb::arg("view"), nb::arg("record"), nb::arg("scratch"), nb::arg("scratch_bytes"), nb::arg("stream"),
+      "The ingest rules on the device: writes the MaskError record (40 bytes) of the mask's first broken rule, "
+      "without a host synchronization.");
 
   module.def(
       "gpu_batch_schedule",
@@ -185,20 +170,24 @@ void bind_gpu_plan(nb::module_& module) {
           "Device scratch bytes of one plan() call.")
       .def(
           "plan",
-          [](cuda::GpuPlanner& p, const MaskArrays& mask, const cuda::GpuPlanOutputs& outputs, uintptr_t prepared,
+          [](cuda::GpuPlanner& p, const MaskArrays& mask, uintptr_t buffer, size_t buffer_bytes, uintptr_t prepared,
              uintptr_t scratch, size_t scratch_bytes, uintptr_t stream) {
             WA_CHECK_ARG(mask.device_type == nb::device::cuda::value, "block_mask",
                          "must be on a CUDA device for the GPU plan");
+            const PlanBufferLayout layout = plan_buffer_layout(mask.view);
+            WA_CHECK_ARG(buffer_bytes >= layout.bytes, "buffer", "has ", buffer_bytes, " bytes, the plan needs ",
+                         layout.bytes);
             nb::gil_scoped_release unlocked;
-            p.plan(mask.view, outputs, pointer<const void>(prepared), pointer<void>(scratch), scratch_bytes,
-                   pointer<CUstream_st>(stream));
+            p.plan(mask.view, layout, pointer<void>(buffer), pointer<const void>(prepared), pointer<void>(scratch),
+                   scratch_bytes, pointer<CUstream_st>(stream));
           },
-          nb::arg("mask"), nb::arg("outputs"), nb::arg("prepared"), nb::arg("scratch"), nb::arg("scratch_bytes"),
-          nb::arg("stream"),
-          "Enqueues the plan on `stream` (device addresses as integers) with a scratch buffer of this call's own, "
-          "so that calls on several threads and streams do not share one.")
-      .def("decode", &decode, nb::arg("stats"), nb::arg("skip"),
-           "(skipped, reasons, stats dict) from host copies of the stats and skip outputs.");
+          nb::arg("mask"), nb::arg("buffer"), nb::arg("buffer_bytes"), nb::arg("prepared"), nb::arg("scratch"),
+          nb::arg("scratch_bytes"), nb::arg("stream"),
+          "Enqueues the plan on `stream` into one buffer of plan_layout(mask) (device addresses as integers), "
+          "with a scratch buffer of this call's own, so that calls on several threads and streams do not share "
+          "one.")
+      .def("decode", &decode, nb::arg("host_block"),
+           "(message or None, skipped, reasons, stats dict) from the host copy of a plan's host block.");
 }
 
 #else

@@ -11,10 +11,13 @@
 
 #include "arrays.h"
 #include "bindings.h"
+#include "wavealign/attention.h"
+#include "wavealign/attention_shape.h"
 #include "wavealign/enums.h"
 #include "wavealign/error.h"
 #include "wavealign/ingest.h"
 #include "wavealign/plan.h"
+#include "wavealign/plan_buffers.h"
 #include "wavealign/schedule.h"
 #include "wavealign/skip_profile.h"
 
@@ -95,23 +98,11 @@ PlanHandle plan_mask(const BlockMask& mask, const std::string& order, const std:
   return PlanHandle{mask, make_plan(mask, config)};
 }
 
-nb::ndarray<nb::numpy> per_head(const Plan& plan, std::vector<int32_t>&& values) {
-  return numpy_from_vector(std::move(values), {size_t(plan.heads), size_t(plan.q_blocks)});
-}
-
-// Schedule items as int32 [items, 2] (head, query block): the layout of ScheduleItem the kernel reads.
 nb::ndarray<nb::numpy> items_of(const Schedule& schedule) {
   std::vector<int32_t> pairs(schedule.items.size() * 2);
   static_assert(sizeof(ScheduleItem) == 2 * sizeof(int32_t));
   std::memcpy(pairs.data(), schedule.items.data(), pairs.size() * sizeof(int32_t));
   return numpy_from_vector(std::move(pairs), {schedule.items.size(), size_t(2)});
-}
-
-// make_batch_schedule of the plan: `batch` entries of `heads` heads in one launch.
-nb::ndarray<nb::numpy> batch_schedule_of(const Plan& plan, int batch, int heads, const std::string& head_order) {
-  const std::vector<int32_t> permutations = plan.permutations();
-  return items_of(make_batch_schedule(permutations, plan.heads, plan.q_blocks, batch, heads,
-                                      from_string<HeadOrder>(head_order)));
 }
 
 nb::dict stats_of(const Plan& plan) {
@@ -124,7 +115,55 @@ nb::dict stats_of(const Plan& plan) {
   return plan_stats_dict(stats, times, plan.plan_ms, plan.wave_size, plan.order, plan.skipped_heads());
 }
 
+// The plan's outputs in a host buffer of the one layout (wavealign/plan_buffers.h), the permuted CSR included
+// (exact capacities: the host knows the nnz), with its decisions: everything Python keeps of a CPU plan, in one
+// crossing. (buffer uint8 [bytes], layout dict, skipped, reasons, stats dict).
+nb::tuple export_plan(const PlanHandle& handle) {
+  const int64_t nnz = handle.mask.nnz();
+  const PlanBufferLayout layout =
+      plan_buffer_layout(handle.plan.heads, handle.plan.q_blocks, handle.plan.kv_blocks, nnz, nnz);
+  std::vector<uint8_t> buffer(layout.bytes);
+  {
+    nb::gil_scoped_release unlocked;
+    write_plan_buffer(handle.plan, handle.mask, layout, buffer.data());
+  }
+  nb::list skipped;
+  std::vector<std::string> reasons;
+  for (const HeadPlan& head : handle.plan.head_plans) {
+    skipped.append(head.skip.skipped);
+    reasons.push_back(head.skip.reason);
+  }
+  return nb::make_tuple(numpy_from_vector(std::move(buffer), {layout.bytes}), layout_dict(layout), skipped, reasons,
+                        stats_of(handle.plan));
+}
+
 }  // namespace
+
+nb::dict layout_dict(const PlanBufferLayout& layout) {
+  nb::dict regions;
+  const std::pair<const char*, const PlanBufferRegion*> named[] = {
+      {"record", &layout.record},
+      {"stats", &layout.stats},
+      {"skip", &layout.skip},
+      {"permutations", &layout.permutations},
+      {"inverses", &layout.inverses},
+      {"schedule", &layout.schedule},
+      {"csr_row_ptr", &layout.csr_row_ptr},
+      {"csr_col_idx", &layout.csr_col_idx},
+      {"permuted_row_ptr", &layout.permuted_row_ptr},
+      {"permuted_col_idx", &layout.permuted_col_idx}};
+  for (const auto& [name, region] : named) regions[name] = nb::make_tuple(region->offset, region->bytes);
+  nb::dict result;
+  result["bytes"] = layout.bytes;
+  result["host_block_bytes"] = layout.host_block_bytes;
+  result["heads"] = layout.heads;
+  result["q_blocks"] = layout.q_blocks;
+  result["kv_blocks"] = layout.kv_blocks;
+  result["csr_capacity"] = layout.csr_capacity;
+  result["permuted_capacity"] = layout.permuted_capacity;
+  result["regions"] = regions;
+  return result;
+}
 
 nb::dict plan_stats_dict(const std::vector<MaskStats>& stats, const std::vector<HeadPlanTimes>& times,
                          double total_plan_ms, int wave_size, Order order, int skipped_heads) {
@@ -218,6 +257,29 @@ void bind_plan(nb::module_& module) {
       nb::arg("record"),
       "The ValueError message of a MaskError record (host copy of GpuPlanOutputs.error), None when valid: the "
       "text the host ingest raises for the same mask.");
+  module.def(
+      "check_call",
+      [](int64_t batch, int64_t heads, int64_t tokens, int64_t head_dim, int64_t q_block, int64_t kv_block,
+         int64_t mask_heads, int64_t q_blocks, int64_t kv_blocks) {
+        AttentionShape shape;
+        shape.batch = checked_int(batch, "q", "batch");
+        shape.heads = checked_int(heads, "q", "heads");
+        shape.tokens = tokens;
+        shape.head_dim = checked_int(head_dim, "q", "head_dim");
+        shape.block = {checked_int(q_block, "q_block", "q_block"), checked_int(kv_block, "kv_block", "kv_block")};
+        check_call_against_plan(shape, mask_heads, q_blocks, kv_blocks);
+      },
+      nb::arg("batch"), nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"),
+      nb::arg("kv_block"), nb::arg("mask_heads"), nb::arg("q_blocks"), nb::arg("kv_blocks"),
+      "check_call_against_plan: an attention call's [B, H, L, d] against its plan (ValueError naming q or k).");
+  module.def("mask_heads_fit", &mask_heads_fit, nb::arg("mask_heads"), nb::arg("batch"), nb::arg("heads"),
+             "The one broadcasting rule of a plan's heads over batch x heads (heads, batch*heads or 1).");
+  module.def("check_query_blocks", &check_query_blocks, nb::arg("tokens"), nb::arg("q_block"), nb::arg("q_blocks"),
+             nb::arg("argument"), "A query-side tensor's tokens against the plan's query blocks.");
+  module.def(
+      "plan_layout", [](const MaskArrays& arrays) { return layout_dict(plan_buffer_layout(arrays.view)); },
+      nb::arg("view"),
+      "The buffer layout of a plan of this mask (plan_buffer_layout): what to allocate for the GPU planner.");
   module.def("ingest", [](const MaskArrays& arrays) { return mask_from_arrays(arrays, "block_mask"); },
              nb::arg("view"), "The mask of a view of host arrays, by the rules of wavealign/ingest.h.");
   module.def(
@@ -249,29 +311,9 @@ void bind_plan(nb::module_& module) {
       .def_prop_ro("order", [](const PlanHandle& h) { return std::string(to_string(h.plan.order)); })
       .def_prop_ro("mask", [](const PlanHandle& h) -> const BlockMask& { return h.mask; },
                    nb::rv_policy::reference_internal)
-      .def("permutations", [](const PlanHandle& h) { return per_head(h.plan, h.plan.permutations()); })
-      .def("inverses", [](const PlanHandle& h) { return per_head(h.plan, h.plan.inverses()); })
-      .def("skipped",
-           [](const PlanHandle& h) {
-             nb::list skipped;
-             for (const HeadPlan& head : h.plan.head_plans) skipped.append(head.skip.skipped);
-             return skipped;
-           })
-      .def("reasons",
-           [](const PlanHandle& h) {
-             std::vector<std::string> reasons;
-             for (const HeadPlan& head : h.plan.head_plans) reasons.push_back(head.skip.reason);
-             return reasons;
-           })
-      .def("stats", [](const PlanHandle& h) { return stats_of(h.plan); })
-      .def("schedule",
-           [](const PlanHandle& h, int batch, int heads, const std::string& head_order) {
-             return batch_schedule_of(h.plan, batch, heads, head_order);
-           },
-           nb::arg("batch"), nb::arg("heads"), nb::arg("head_order"),
-           "int32 [batch*heads*q_blocks, 2]: make_batch_schedule of the plan (one launch over the batch).")
-      .def("permuted_mask", [](const PlanHandle& h) { return permuted_mask(h.mask, h.plan); },
-           "The mask with each head's rows in plan order (host).");
+      .def("export", &export_plan,
+           "(buffer uint8, layout dict, skipped, reasons, stats): the plan's outputs in the one buffer layout "
+           "(wavealign/plan_buffers.h, the permuted CSR included) and its decisions.");
 
   module.def(
       "batch_schedule",
@@ -300,8 +342,9 @@ void bind_plan(nb::module_& module) {
     if (kind == "skip") return enum_names<SkipPolicy>();
     if (kind == "head_order") return enum_names<HeadOrder>();
     if (kind == "traversal") return enum_names<Traversal>();
+    if (kind == "kernel") return enum_names<cuda::KernelPath>();
     throw InvalidArgument("kind", "unknown option kind '" + kind + "'");
-  }, nb::arg("kind"), "Accepted spellings of an option (order, gpu, skip, head_order, traversal).");
+  }, nb::arg("kind"), "Accepted spellings of an option (order, gpu, skip, head_order, traversal, kernel).");
   module.def("order_has_gpu_plan", [](const std::string& order) { return order_has_gpu_plan(from_string<Order>(order)); },
              nb::arg("order"), "Whether the GPU planner plans this row order (the others need planner=\"cpu\").");
 }

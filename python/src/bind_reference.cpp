@@ -8,6 +8,7 @@
 #include "arrays.h"
 #include "bindings.h"
 #include "wavealign/reference.h"
+#include "wavealign/schedule.h"
 
 namespace wavealign::python {
 
@@ -30,7 +31,7 @@ std::span<float> float_output(const OutArray& array, const char* argument) {
 
 // q, k, v, o: float32 [batch, heads, tokens, head_dim] or [heads, tokens, head_dim]; lse: float32 [batch,
 // heads, tokens] or [heads, tokens]. row_ptr covers mask_heads*q_blocks rows with mask_heads = heads (shared by
-// the batch) or batch*heads. schedule: int32 [batch*heads*q_blocks, 2] (head = b*heads + h, query block) or None.
+// the batch), batch*heads or 1 (mask_heads_fit). schedule: int32 [batch*heads*q_blocks, 2] (head = b*heads + h, query block) or None.
 void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o,
                                 const OutArray& lse, const AnyArray& row_ptr, const AnyArray& col_idx, int q_block,
                                 int kv_block, float scale, const std::optional<AnyArray>& schedule) {
@@ -53,10 +54,10 @@ void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyA
   mask.col_idx = to_int32_vector(col_idx, "col_idx");
   const int64_t rows = int64_t(mask.row_ptr.size()) - 1;
   const int64_t q_blocks = shape.q_blocks();
-  WA_CHECK_ARG(rows == shape.heads * q_blocks || rows == int64_t(shape.entries()) * q_blocks, "row_ptr", "has ",
+  WA_CHECK_ARG(rows % q_blocks == 0 && mask_heads_fit(rows / q_blocks, shape.batch, shape.heads), "row_ptr", "has ",
                mask.row_ptr.size(), " entries, expected mask_heads*q_blocks+1 with mask_heads = heads = ",
-               shape.heads, (shape.batch > 1 ? " or batch*heads = " + std::to_string(shape.entries()) : ""),
-               " and q_blocks = ", q_blocks);
+               shape.heads, (shape.batch > 1 ? ", batch*heads = " + std::to_string(shape.entries()) : ""),
+               " or 1 and q_blocks = ", q_blocks);
   mask.heads = static_cast<int>(rows / q_blocks);
   mask.q_blocks = static_cast<int>(q_blocks);
   mask.kv_blocks = shape.kv_blocks();

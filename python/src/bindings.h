@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "wavealign/plan.h"
+#include "wavealign/plan_buffers.h"
 #include "wavealign/skip_profile.h"
 
 namespace wavealign::python {
@@ -50,6 +51,12 @@ struct HeadPlanTimes {
 /// fields. One layout for CPU-built and GPU-built plans (bind_plan.cpp).
 nanobind::dict plan_stats_dict(const std::vector<MaskStats>& stats, const std::vector<HeadPlanTimes>& times,
                                double total_plan_ms, int wave_size, Order order, int skipped_heads);
+
+/// A PlanBufferLayout as Python reads it, in one crossing: {"bytes", "host_block_bytes", "heads", "q_blocks",
+/// "kv_blocks", "csr_capacity", "permuted_capacity", "regions": {name: (offset, bytes)}} with the regions
+/// record, stats, skip, permutations, inverses, schedule, csr_row_ptr, csr_col_idx, permuted_row_ptr and
+/// permuted_col_idx.
+nanobind::dict layout_dict(const PlanBufferLayout& layout);
 
 void bind_plan(nanobind::module_& module);       // masks from dense / CSR / Flex arrays, skip profiles, make_plan
 void bind_reference(nanobind::module_& module);  // CPU reference attention

@@ -12,7 +12,9 @@ need it, the rest does not.
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import sys
 from typing import Any
 
 from . import _core
@@ -32,3 +34,13 @@ def __getattr__(name: str) -> Any:
     if name in ("nn", "fa4", "flex", "ops", "diffusers", "methods", "distributed"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wavealign' has no attribute {name!r}")
+
+
+@atexit.register
+def _release_cached_extension_objects() -> None:
+    """Drops the planners, parsed profiles and mask generators the package caches, before the interpreter tears
+    the extension down (which reports every extension object still alive then as leaked)."""
+    for name in ("_gpu_plan", "_profile", "methods"):
+        module = sys.modules.get(f"{__name__}.{name}")
+        if module is not None:
+            module.clear_cache()

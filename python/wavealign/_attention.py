@@ -11,11 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from . import flex, ops
+from . import _core, _flex_mask, ops
 from ._plan import Plan
-from ._util import blocks_for, check_choice, check_scale, host_array, invalid, is_torch_tensor, torch_or_none
-
-KERNELS = ("auto", "sm90", "sm80")
+from ._util import check_choice, check_flag, check_scale, host_array, invalid, is_torch_tensor, torch_or_none
 
 
 def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = None, return_lse: bool = False,
@@ -23,8 +21,8 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     """Block-sparse attention O = softmax(Q K^T * scale) V over the plan's mask, rows run in plan order.
 
     Args:
-        q, k, v: [B, H, L, d] or [H, L, d], one dtype and device. The mask's heads are H (shared by the batch)
-            or B*H (one mask per batch entry and head).
+        q, k, v: [B, H, L, d] or [H, L, d], one dtype and device. The mask's heads are H (shared by the batch),
+            B*H (one mask per batch entry and head) or 1 (one mask shared by every head).
         plan: from wavealign.plan(); its blocks must cover L (MB = ceil(L / q_block), NB = ceil(L / kv_block)).
             A plan of a FlexAttention BlockMask whose partial blocks carry a mask_mod is refused (the kernel
             computes whole blocks): run those with FlexAttention through the plug-in path.
@@ -47,9 +45,9 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
         raise invalid("plan", f"must be a wavealign.Plan, got {type(plan).__name__}")
     check_choice(traversal, "traversal", "traversal")
     check_choice(head_order, "head_order", "head_order")
-    if kernel not in KERNELS:
-        raise invalid("kernel", f"unknown value {kernel!r} (expected one of: {', '.join(KERNELS)})")
-    if flex.masks_tokens(plan):
+    check_choice(kernel, "kernel", "kernel")
+    return_lse = check_flag(return_lse, "return_lse")
+    if _flex_mask.masks_tokens(plan):
         raise invalid("plan", "was built from a FlexAttention BlockMask whose partial blocks carry a mask_mod "
                               "(token-level masking inside blocks), which this kernel does not apply: it would "
                               "compute those blocks in full. Run FlexAttention in plan order instead "
@@ -63,9 +61,11 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     arrays = [host_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
     batch, heads, length, head_dim = _check_shapes([a.shape for a in arrays], plan)
     scale = check_scale(scale, head_dim)
-    for array, name in zip(arrays, ("q", "k", "v")):
-        if not (np.issubdtype(array.dtype, np.floating)):
-            raise invalid(name, f"has dtype {array.dtype}, expected a floating-point dtype")
+    if not np.issubdtype(arrays[0].dtype, np.floating):
+        raise invalid("q", f"has dtype {arrays[0].dtype}, expected a floating-point dtype")
+    for array, name in zip(arrays[1:], ("k", "v")):
+        if array.dtype != arrays[0].dtype:
+            raise invalid(name, f"has dtype {array.dtype}, q has {arrays[0].dtype}")
     q4, k4, v4 = (a.reshape(batch, heads, length, head_dim) for a in arrays)
     row_ptr, col_idx, schedule = plan._launch_arrays(batch, heads, head_order)
     o, lse = ops.reference(q4, k4, v4, row_ptr, col_idx, schedule, plan.block_size, scale)
@@ -75,7 +75,10 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
 
 
 def _check_shapes(shapes: list[tuple[int, ...]], plan: Plan) -> tuple[int, int, int, int]:
-    """(B, H, L, d) of q, k, v after checking them against each other and the plan."""
+    """(B, H, L, d) of q, k, v after checking them against each other and the plan (wavealign::
+    check_call_against_plan). While torch.compile traces the call the plan check is left to the op, which
+    refuses tensors that do not match the plan's CSR and schedule when it runs: a call into the extension here
+    would break the graph."""
     q_shape = tuple(int(n) for n in shapes[0])
     if len(q_shape) not in (3, 4):
         raise invalid("q", f"must be [B, H, L, d] or [H, L, d], got shape {list(q_shape)}")
@@ -85,16 +88,9 @@ def _check_shapes(shapes: list[tuple[int, ...]], plan: Plan) -> tuple[int, int, 
     batch, heads, length, head_dim = (1, *q_shape) if len(q_shape) == 3 else q_shape
     if min(batch, heads, length, head_dim) < 1:
         raise invalid("q", f"has an empty dimension: {list(q_shape)}")
-    q_block, kv_block = plan.block_size
-    if blocks_for(length, q_block) != plan.q_blocks:
-        raise invalid("q", f"has {length} tokens = {blocks_for(length, q_block)} query blocks of {q_block}, "
-                           f"the plan has {plan.q_blocks}")
-    if blocks_for(length, kv_block) != plan.kv_blocks:
-        raise invalid("k", f"has {length} tokens = {blocks_for(length, kv_block)} KV blocks of {kv_block}, "
-                           f"the plan has {plan.kv_blocks}")
-    if plan.heads not in (heads, batch * heads):
-        raise invalid("q", f"has {heads} heads and batch {batch}; the plan's mask has {plan.heads} heads "
-                           f"(expected H = {heads} or B*H = {batch * heads})")
+    torch = torch_or_none()
+    if torch is None or not torch.compiler.is_compiling():
+        _core.check_call(batch, heads, length, head_dim, *plan.block_size, plan.heads, plan.q_blocks, plan.kv_blocks)
     return batch, heads, length, head_dim
 
 

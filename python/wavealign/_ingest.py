@@ -58,15 +58,29 @@ def is_flex(block_mask: Any) -> bool:
     return hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "kv_indices")
 
 
+def is_csr_pair(block_mask: Any) -> bool:
+    """A (row_ptr, col_idx) pair: a tuple or list of two arrays (numpy, torch or DLPack). A list of lists is not
+    one: it is a dense mask written out in Python (np.asarray reads it)."""
+    return (isinstance(block_mask, (tuple, list)) and len(block_mask) == 2 and
+            all(hasattr(part, "shape") or hasattr(part, "__dlpack__") for part in block_mask))
+
+
 def on_cuda(block_mask: Any) -> bool:
     """Whether the mask (dense tensor, CSR pair or BlockMask) lives on a CUDA device."""
     if is_flex(block_mask):
         tensor = block_mask.kv_num_blocks
-    elif isinstance(block_mask, (tuple, list)):
-        tensor = block_mask[0] if block_mask else None
+    elif is_csr_pair(block_mask):
+        tensor = block_mask[0]
     else:
         tensor = block_mask
     return is_torch_tensor(tensor) and tensor.device.type == "cuda"
+
+
+def _refuse_meta(value: Any, argument: str) -> None:
+    """A tensor without values (the meta device, fake tensors under tracing) cannot be planned."""
+    if is_torch_tensor(value) and value.device.type == "meta":
+        raise invalid(argument, "is on the meta device, which holds no values to plan; pass the mask on the CPU "
+                                "or a CUDA device")
 
 
 def ingest(block_mask: Any, heads: int | None, kv_blocks: int | None, block_size: tuple[int, int], *,
@@ -76,10 +90,27 @@ def ingest(block_mask: Any, heads: int | None, kv_blocks: int | None, block_size
     if block_mask is None:
         raise invalid("block_mask", "is None")
     if is_flex(block_mask):
+        _refuse_meta(block_mask.kv_num_blocks, "kv_num_blocks")
+        _refuse_shape_arguments(heads, None, "a FlexAttention BlockMask (its B x H are the heads)")
         return _flex(block_mask, kv_blocks, on_device)
-    if isinstance(block_mask, (tuple, list)):
+    if is_csr_pair(block_mask):
+        _refuse_meta(block_mask[0], "row_ptr")
         return _csr(block_mask, heads, kv_blocks, block_size, on_device)
+    if isinstance(block_mask, (tuple, list)) and block_mask and not isinstance(block_mask[0], (tuple, list)):
+        raise invalid("block_mask", f"a CSR mask is a (row_ptr, col_idx) pair, got {len(block_mask)} items "
+                                    f"(a {type(block_mask[0]).__name__} first; a dense mask written as nested "
+                                    "lists is read as one)")
+    _refuse_meta(block_mask, "block_mask")
+    _refuse_shape_arguments(heads, kv_blocks, "a dense mask (its shape gives them)")
     return _dense(block_mask, block_size, on_device)
+
+
+def _refuse_shape_arguments(heads: Any, kv_blocks: Any, mask_kind: str) -> None:
+    """heads and kv_blocks describe a CSR mask; for the others the mask carries them, so a value given anyway
+    would be ignored: refused instead."""
+    for value, name in ((heads, "heads"), (kv_blocks, "kv_blocks")):
+        if value is not None:
+            raise invalid(name, f"is for a CSR mask; {mask_kind} takes none, got {value!r}")
 
 
 def _framework(value: Any) -> tuple[str, Any]:

@@ -1,9 +1,10 @@
 """wavealign.plan(): the WaveAlign row order of a block mask, and the Plan object that carries it.
 
-A Plan holds one handle, built by the CPU plan (CpuHandle over the C++ make_plan result) or by the GPU planner
-(_gpu_plan.DeviceHandle); both answer the same questions (see CpuHandle), so the Plan never asks where it was
-built. The tensors it derives for a device (the kernel's schedule of a batch layout, copies for another
-device) are cached per key in a _DeviceCache.
+A Plan holds one handle over one buffer of the C++ plan layout (wavealign/plan_buffers.h): a HostHandle (the
+CPU plan's export, or a plan restored from a pickle) or a _gpu_plan.DeviceHandle (the GPU planner's device
+buffer); both answer the same questions (see HostHandle), so the Plan never asks where it was built. The views
+it derives for a device (the buffer's arrays there, the kernel's schedule of a batch layout) are cached per key
+in a _DeviceCache.
 """
 
 from __future__ import annotations
@@ -13,94 +14,89 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, _gpu_plan, _ingest, _profile, _rows, ops
+from . import _core, _flex_mask, _gpu_plan, _ingest, _profile, _rows, ops
+from ._buffers import PlanBuffers, exact, host_mask, permuted_host_mask
 from ._ingest import Source
 from ._util import (INT64_MAX, UINT64_MAX, block_pair, blocks_for, check_choice, check_int, heads_view_shape,
                     host_array, invalid, is_torch_tensor, torch_or_none)
 
 
-class CpuHandle:
-    """A plan built on the host (the C++ make_plan result and its mask), with the handle interface:
+class HostHandle:
+    """A plan whose outputs live in a host buffer: built by the CPU plan (the C++ make_plan result, exported in
+    the one buffer layout with its decisions), or restored from a pickle. The handle interface, which
+    _gpu_plan.DeviceHandle also answers, so that the Plan never asks where it was built:
 
-        planner, heads, q_blocks, kv_blocks, wave_size, order, home (device of its tensors; None: the host)
-        check()                         raises the mask's ValueError (a CPU plan's mask was checked at ingest)
-        pending_error()                 the device validation record not yet read on the host, or None
-        decisions()                     (skipped, reasons, stats)
-        permutations(), inverses()      int32 [H, MB] numpy
-        csr_arrays()                    (row_ptr int64 [H*MB+1], col_idx int32 [nnz]) numpy
-        schedule_array(batch, heads, head_order)           make_batch_schedule's int32 [items, 2] numpy
-        tensors(device)                 (permutation, inverse) torch on `device`
-        csr_tensors(device)             (row_ptr, col_idx) torch on `device`, for the kernel
-        schedule_tensor(device, batch, heads, head_order)  int32 [items, 2] torch on `device`
+        planner ("cpu" or "gpu": where it was built), heads, q_blocks, kv_blocks, wave_size, order, home (the
+        device of its own buffer; None: the host)
+        check()                   raises the mask's ValueError (a host buffer's mask was checked already)
+        pending_error()           the device validation record not yet read on the host, or None
+        decisions()               (skipped, reasons, stats)
+        host()                    the buffer on the host (PlanBuffers over numpy)
+        on(device)                the buffer on a torch device (PlanBuffers over torch)
+        permutations(), inverses()                       int32 [H, MB] numpy
+        schedule_array(batch, heads, head_order)         make_batch_schedule's int32 [items, 2] numpy
+        schedule_tensor(device, batch, heads, head_order)   the same as a tensor on `device`
         permuted_dense(), permuted_csr(), permuted_flex_arrays()   the mask in plan order
     """
 
-    planner = "cpu"
     home = None
 
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-        self.heads: int = handle.heads
-        self.q_blocks: int = handle.q_blocks
-        self.kv_blocks: int = handle.kv_blocks
-        self.wave_size: int = handle.wave_size
-        self.order: str = handle.order
-        self._permutations = handle.permutations()
-        self._inverses = handle.inverses()
-        self._csr: tuple[np.ndarray, np.ndarray] | None = None
-        self._permuted: Any = None
+    def __init__(self, buffers: PlanBuffers, decisions: tuple[list[bool], list[str], dict[str, Any]],
+                 wave_size: int, order: str, planner: str = "cpu") -> None:
+        self.buffers = buffers
+        self._decisions = decisions
+        self.planner = planner
+        self.heads: int = buffers.heads
+        self.q_blocks: int = buffers.q_blocks
+        self.kv_blocks: int = buffers.layout["kv_blocks"]
+        self.wave_size = wave_size
+        self.order = order
+
+    @classmethod
+    def from_cpu_plan(cls, handle: Any) -> HostHandle:
+        buffer, layout, skipped, reasons, stats = handle.export()
+        return cls(PlanBuffers(buffer, layout), (skipped, reasons, stats), handle.wave_size, handle.order)
 
     def check(self) -> None:
-        """Nothing to read: an invalid mask raised in wavealign.plan()."""
+        """Nothing to read: the mask of a host buffer was checked before it was planned."""
 
     def pending_error(self) -> Any:
         return None
 
     def decisions(self) -> tuple[list[bool], list[str], dict[str, Any]]:
-        return self._handle.skipped(), self._handle.reasons(), self._handle.stats()
+        skipped, reasons, stats = self._decisions
+        return list(skipped), list(reasons), dict(stats)
+
+    def host(self) -> PlanBuffers:
+        return self.buffers
+
+    def on(self, device: Any) -> PlanBuffers:
+        return self.buffers.to(device)
 
     def permutations(self) -> np.ndarray:
-        return self._permutations
+        return self.buffers.permutations()
 
     def inverses(self) -> np.ndarray:
-        return self._inverses
-
-    def csr_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._csr is None:
-            self._csr = self._handle.mask.csr()
-        return self._csr
+        return self.buffers.inverses()
 
     def schedule_array(self, batch: int, heads: int, head_order: str) -> np.ndarray:
-        return self._handle.schedule(batch, heads, head_order)
-
-    def tensors(self, device: Any) -> tuple[Any, Any]:
-        import torch
-
-        return torch.from_numpy(self._permutations).to(device), torch.from_numpy(self._inverses).to(device)
-
-    def csr_tensors(self, device: Any) -> tuple[Any, Any]:
-        import torch
-
-        return tuple(torch.from_numpy(array).to(device) for array in self.csr_arrays())
+        if (batch, heads, head_order) == (1, self.heads, "sequential"):
+            return self.buffers.schedule()
+        return _core.batch_schedule(self.permutations(), batch, heads, head_order)
 
     def schedule_tensor(self, device: Any, batch: int, heads: int, head_order: str) -> Any:
         import torch
 
         return torch.from_numpy(self.schedule_array(batch, heads, head_order)).to(device)
 
-    def _permuted_mask(self) -> Any:
-        if self._permuted is None:
-            self._permuted = self._handle.permuted_mask()
-        return self._permuted
-
     def permuted_dense(self) -> np.ndarray:
-        return self._permuted_mask().dense()
+        return permuted_host_mask(self.buffers, self.kv_blocks).dense()
 
     def permuted_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._permuted_mask().csr()
+        return exact(*self.buffers.permuted_csr())
 
     def permuted_flex_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._permuted_mask().flex()
+        return permuted_host_mask(self.buffers, self.kv_blocks).flex()
 
 
 _CACHE_LIMIT = 8
@@ -175,9 +171,12 @@ class Plan:
     A plan built on the GPU keeps its arrays on the device; its mask was validated there, and the result is read
     on the host at the first host access (check(), skipped, reason, stats, csr(), a CSR or Flex
     permuted_mask()), which synchronizes once and raises the ValueError of an invalid mask.
+
+    A plan pickles and deep-copies: the copy holds the plan's host state (its buffer read back to the host, its
+    decisions, where its mask came from) and puts its tensors on the mask's device again when first used.
     """
 
-    def __init__(self, handle: Any, source: Source, block_size: tuple[int, int]) -> None:
+    def __init__(self, handle: Any, source: Source, block_size: tuple[int, int], *, eager: bool = True) -> None:
         self._handle = handle
         self._source = source
         self.block_size = block_size
@@ -189,14 +188,11 @@ class Plan:
         self.planner: str = handle.planner
         self._decisions: tuple[list[bool], list[str], dict[str, Any]] | None = None
         self._cache = _DeviceCache()
-        if source.framework == "torch":
+        if source.framework == "torch" and eager:
             # The tensors of the default call are there from the start (a compiled caller finds them ready):
-            # a GPU plan's own outputs, a CPU plan's copies on the mask's device.
+            # a GPU plan's own buffer, a CPU plan's buffer copied to the mask's device in one transfer.
             device = source.device
-            self._cache.put(("tensors", _key(device)), handle.tensors(device))
-            self._cache.put(("csr", _key(device)), handle.csr_tensors(device))
-            self._cache.put(("schedule", _key(device), 1, self.heads, "sequential"),
-                            (handle.schedule_tensor(device, 1, self.heads, "sequential"),))
+            self._cache.put(("views", _key(device)), _views(handle.on(device)))
 
     def __repr__(self) -> str:
         # A GPU-built plan's skip flags are on the device until read: repr does not synchronize for them.
@@ -204,6 +200,21 @@ class Plan:
         return (f"wavealign.Plan(heads={self.heads}, q_blocks={self.q_blocks}, kv_blocks={self.kv_blocks}, "
                 f"block_size={self.block_size}, order={self.order!r}, wave_size={self.wave_size}, "
                 f"planner={self.planner!r}{skipped})")
+
+    # ---- pickle and copy: the host state ------------------------------------------------------------------
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        host = self._handle.host()  # a GPU plan reads its buffer back (and raises for an invalid mask)
+        state = {"buffer": host.buffer, "layout": host.layout, "decisions": self._decided(),
+                 "wave_size": self.wave_size, "order": self.order, "planner": self.planner,
+                 "source": self._source, "block_size": self.block_size}
+        return _restore, (state,)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Plan:
+        import copy
+
+        restore, (state,) = self.__reduce__()
+        return restore(copy.deepcopy(state, memo))
 
     # ---- the mask's validation, per-head decisions and statistics (host values) --------------------------
 
@@ -246,21 +257,23 @@ class Plan:
     def _torch_source(self) -> bool:
         return self._source.framework == "torch"
 
-    def _tensors(self, device: Any) -> tuple[Any, Any]:
-        return self._cache.get(("tensors", _key(device)), device, lambda: self._handle.tensors(device))
+    def _views(self, device: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """(permutation, inverse, sequential schedule, row_ptr, col_idx) tensors on `device`: views of the plan's
+        buffer there."""
+        return self._cache.get(("views", _key(device)), device, lambda: _views(self._handle.on(device)))
 
     @property
     def permutation(self) -> Any:
         """int32 [H, MB]: position p of head h runs original query block permutation[h, p]."""
         if self._torch_source():
-            return self._tensors(self._source.device)[0]
+            return self._views(self._source.device)[0]
         return self._handle.permutations()
 
     @property
     def inverse(self) -> Any:
         """int32 [H, MB]: the inverse permutation per head (inverse[h, permutation[h, p]] == p)."""
         if self._torch_source():
-            return self._tensors(self._source.device)[1]
+            return self._views(self._source.device)[1]
         return self._handle.inverses()
 
     def schedule(self, head_order: str = "sequential") -> Any:
@@ -275,7 +288,7 @@ class Plan:
 
     def csr(self) -> tuple[Any, Any]:
         """The original mask as (row_ptr int64 [H*MB+1], col_idx int32 [nnz]), columns ascending per row."""
-        row_ptr, col_idx = self._handle.csr_arrays()
+        row_ptr, col_idx = exact(*self._handle.host().csr())
         return self._to_caller(row_ptr), self._to_caller(col_idx)
 
     def _to_caller(self, array: np.ndarray, dtype: Any = None) -> Any:
@@ -283,13 +296,15 @@ class Plan:
         if self._torch_source():
             import torch
 
-            tensor = torch.from_numpy(array).to(self._source.device)
+            tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self._source.device)
             return tensor if dtype is None else tensor.to(dtype)
         return array if dtype is None else array.astype(dtype, copy=False)
 
     # ---- device state for the kernel and the torch ops --------------------------------------------------
 
     def _schedule(self, device: Any, batch: int, heads: int, head_order: str) -> Any:
+        if (batch, heads, head_order) == (1, self.heads, "sequential"):
+            return self._views(device)[2]
         key = ("schedule", _key(device), batch, heads, head_order)
         return self._cache.get(key, device,
                                lambda: (self._handle.schedule_tensor(device, batch, heads, head_order),))[0]
@@ -298,25 +313,21 @@ class Plan:
         """What one kernel launch over `batch` entries of `heads` heads on `device` reads.
 
         Returns (row_ptr int64 [H*MB+1], col_idx int32 [>= nnz], schedule int32 [batch*heads*MB, 2], error):
-        the plan's mask (H = heads: shared by the batch, or batch*heads: one per entry) and
+        the plan's mask (H = heads: shared by the batch, batch*heads: one per entry, or 1: shared by all) and
         make_batch_schedule's items (head = b*heads + h, batch-major). error is the device validation record
         (int32, nonzero first entry = invalid mask) while the host has not read it, else None; an invalid mask
         known on the host raises its ValueError here. A GPU plan used on another device is checked first.
         """
-        if self.heads not in (heads, batch * heads):
-            raise invalid("plan", f"has {self.heads} mask heads, expected heads = {heads} or batch*heads = "
-                                  f"{batch * heads}")
         error = self._handle.pending_error()
         if error is not None and device != self._handle.home:
             self._handle.check()
             error = None
-        row_ptr, col_idx = self._cache.get(("csr", _key(device)), device, lambda: self._handle.csr_tensors(device))
-        return row_ptr, col_idx, self._schedule(device, batch, heads, head_order), error
+        views = self._views(device)
+        return views[3], views[4], self._schedule(device, batch, heads, head_order), error
 
     def _launch_arrays(self, batch: int, heads: int, head_order: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """_launch_tensors on the host (the CPU reference): (row_ptr, col_idx, schedule) numpy, checked."""
-        self._handle.check()
-        row_ptr, col_idx = self._handle.csr_arrays()
+        row_ptr, col_idx = exact(*self._handle.host().csr())
         return row_ptr, col_idx, self._handle.schedule_array(batch, heads, head_order)
 
     # ---- plug-in path: run any kernel in plan order ------------------------------------------------------
@@ -324,18 +335,21 @@ class Plan:
     def permute_rows(self, x: Any) -> Any:
         """Gathers the query blocks of x [..., L, d] into plan order: [..., MB*q_block, d].
 
-        The leading dimensions end in the mask's heads ([..., H, L, d]; a B*H-head mask also takes [B, H, L, d]).
-        A partial last block (L not a multiple of q_block) is padded with zero tokens, so the result always has
-        MB*q_block tokens; unpermute_rows(o, seq_len=L) drops them again. A torch result is laid out in memory
-        like x (docs/python.md, "Layout").
+        The leading dimensions end in the mask's heads ([..., H, L, d]; a B*H-head mask also takes [B, H, L, d]; a
+        one-head mask serves every head). A partial last block (L not a multiple of q_block) is padded with zero
+        tokens, so the result always has MB*q_block tokens; unpermute_rows(o, seq_len=L) drops them again. A torch
+        result is laid out in memory like x (docs/python.md, "Layout").
         """
         block = self.block_size[0]
         if is_torch_tensor(x):
+            # The op checks x against the permutation when it runs (its body is not traced by torch.compile,
+            # where a call into the extension here would break the graph).
             ops.register()
             ops.refuse_grad(torch_or_none(), ((x, "x"),), "wavealign.Plan.permute_rows")
-            self._check_permute_input(tuple(x.shape), "x")
-            return torch_or_none().ops.wavealign.permute_rows(x, self._tensors(x.device)[0], block)
-        return _rows.permute_numpy(host_array(x, "x"), self._handle.permutations(), block, "x")
+            return torch_or_none().ops.wavealign.permute_rows(x, self._views(x.device)[0], block)
+        array = host_array(x, "x")
+        self._check_permute_input(array.shape, "x")
+        return _rows.permute_numpy(array, self._handle.permutations(), block, "x")
 
     def unpermute_rows(self, o: Any, seq_len: int | None = None) -> Any:
         """Inverse of permute_rows: o [..., MB*q_block, d] in plan order -> [..., seq_len, d] in the original
@@ -348,16 +362,13 @@ class Plan:
             if len(o.shape) < 2 or o.shape[-2] != self.q_blocks * block:
                 raise invalid("o", f"must be [..., {self.q_blocks * block}, d] (q_blocks*block tokens), "
                                    f"got shape {list(o.shape)}")
-            return torch_or_none().ops.wavealign.unpermute_rows(o, self._tensors(o.device)[1], block, length)
+            return torch_or_none().ops.wavealign.unpermute_rows(o, self._views(o.device)[1], block, length)
         return _rows.unpermute_numpy(host_array(o, "o"), self._handle.inverses(), block, length, "o")
 
     def _check_permute_input(self, shape: tuple[int, ...], argument: str) -> None:
-        block = self.block_size[0]
         if len(shape) < 2:
             raise invalid(argument, f"must be [..., L, d], got shape {list(shape)}")
-        if blocks_for(shape[-2], block) != self.q_blocks:
-            raise invalid(argument, f"has {shape[-2]} tokens = {blocks_for(shape[-2], block)} query blocks of "
-                                    f"{block}, the plan has {self.q_blocks}")
+        _core.check_query_blocks(int(shape[-2]), self.block_size[0], self.q_blocks, argument)
         heads_view_shape(shape[:-2], self.heads, argument)
 
     def permuted_mask(self) -> Any:
@@ -369,10 +380,8 @@ class Plan:
         """
         source = self._source
         if source.format == "flex":
-            from . import flex
-
             self._handle.check()
-            return flex.block_mask(self, source.seq_lengths[1], device=source.device)
+            return _flex_mask.permuted_block_mask(self, source.seq_lengths[1], device=source.device)
         if source.format == "csr":
             row_ptr, col_idx = self._handle.permuted_csr()
             row_dtype, col_dtype = source.dtype
@@ -389,6 +398,25 @@ class Plan:
     def _permuted_flex_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(kv_num_blocks int32 [H, MB], kv_indices int32 [H, MB, NB]) of the permuted mask on the host."""
         return self._handle.permuted_flex_arrays()
+
+
+def _views(buffers: PlanBuffers) -> tuple[Any, Any, Any, Any, Any]:
+    """(permutation, inverse, sequential schedule, row_ptr, col_idx) tensors of a device buffer. On the CPU the
+    columns are cut to the mask's nnz (read on the host at no cost): the ops check CPU tensors by the ingest
+    rules, whose last entry of row_ptr is col_idx's length."""
+    row_ptr, col_idx = buffers.csr()
+    if row_ptr.device.type == "cpu":
+        row_ptr, col_idx = exact(row_ptr, col_idx)
+    return buffers.permutations(), buffers.inverses(), buffers.schedule(), row_ptr, col_idx
+
+
+def _restore(state: dict[str, Any]) -> Plan:
+    """A Plan from the host state of __reduce__: its tensors go to the mask's device when first used."""
+    handle = HostHandle(PlanBuffers(state["buffer"], state["layout"]), state["decisions"], state["wave_size"],
+                        state["order"], state["planner"])
+    plan = Plan(handle, state["source"], state["block_size"], eager=False)
+    plan._decisions = state["decisions"]
+    return plan
 
 
 def _key(device: Any) -> tuple[str, int | None]:
@@ -476,9 +504,10 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
         handle = _gpu_plan.plan_on_device(torch, ingested, options)
     else:
         mask = _core.ingest(ingested.view)
-        handle = CpuHandle(_core.make_plan(mask, order, gpu, wave, iterations, seed, skip, threads, head_dim, 2,
-                                           ingested.block_size[1], float(plan_reuse),
-                                           None if parsed is None else parsed.core, tokens))
+        planned = _core.make_plan(mask, order, gpu, wave, iterations, seed, skip, threads, head_dim, 2,
+                                  ingested.block_size[1], float(plan_reuse), None if parsed is None else parsed.core,
+                                  tokens)
+        handle = HostHandle.from_cpu_plan(planned)
     if ingested.source.framework == "torch":
         ops.register()
     return Plan(handle, ingested.source, ingested.block_size)
@@ -490,6 +519,6 @@ PLANNERS = ("auto", "cpu", "gpu")
 def _device_of(block_mask: Any) -> Any:
     if _ingest.is_flex(block_mask):
         return block_mask.kv_num_blocks.device
-    if isinstance(block_mask, (tuple, list)):
+    if _ingest.is_csr_pair(block_mask):
         return block_mask[0].device
     return block_mask.device

@@ -19,7 +19,7 @@ def invalid(argument: str, message: str) -> ValueError:
 # Option spellings from the C++ name tables, read once: a plain dict keeps the Python entry points free of
 # extension calls, so torch.compile can trace them.
 _CHOICES: dict[str, tuple[str, ...]] = {kind: tuple(_core.enum_names(kind))
-                                        for kind in ("order", "gpu", "skip", "head_order", "traversal")}
+                                        for kind in ("order", "gpu", "skip", "head_order", "traversal", "kernel")}
 _torch: Any = None
 
 
@@ -70,7 +70,8 @@ def host_array(value: Any, argument: str) -> np.ndarray:
 
 
 def check_choice(value: Any, argument: str, kind: str) -> str:
-    """Validates an option against the C++ name table of `kind` (order, gpu, skip, head_order, traversal)."""
+    """Validates an option against the C++ name table of `kind` (order, gpu, skip, head_order, traversal,
+    kernel)."""
     names = _CHOICES[kind]
     if not isinstance(value, str) or value not in names:
         raise invalid(argument, f"unknown value {value!r} (expected one of: {', '.join(names)})")
@@ -111,16 +112,34 @@ def blocks_for(tokens: int, block: int) -> int:
     return -(-tokens // block)
 
 
-def check_scale(scale: Any, head_dim: int) -> float:
-    """The softmax scale: 1/sqrt(head_dim) for None, else a finite positive float."""
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_scale_value(scale: Any) -> float:
+    """A softmax scale the user gave: a finite positive float that float32 holds (the kernels, the CPU reference
+    and the mask methods all compute in float32). None means 1/sqrt(head_dim) everywhere; 0 is refused."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
         raise invalid("scale", f"must be a float or None, got {type(scale).__name__}")
     scale = float(scale)
     if not math.isfinite(scale) or scale <= 0:
-        raise invalid("scale", f"must be finite and > 0, got {scale}")
+        raise invalid("scale", f"must be finite and > 0 (None = 1/sqrt(head_dim)), got {scale}")
+    if scale > FLOAT32_MAX:
+        raise invalid("scale", f"must be at most {FLOAT32_MAX:.7g} (the kernels compute in float32), got {scale:g}")
     return scale
+
+
+def check_scale(scale: Any, head_dim: int) -> float:
+    """The softmax scale: 1/sqrt(head_dim) for None, else check_scale_value."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    return check_scale_value(scale)
+
+
+def check_flag(value: Any, argument: str) -> bool:
+    """A bool (numpy's included); anything else, a truthy string among them, is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise invalid(argument, f"must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def heads_view_shape(lead: tuple[int, ...], heads: int, argument: str) -> tuple[int, ...]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _core
 from ._rows import check_seq_len
-from ._util import INT32_MAX, blocks_for, check_int, heads_view_shape, invalid, require_torch
+from ._util import INT32_MAX, blocks_for, check_choice, check_int, heads_view_shape, invalid, require_torch
 
 _registered = False
 _lock = threading.Lock()  # two threads meeting their first tensor at once register the ops once
@@ -62,10 +62,14 @@ def _raise_failed(torch: Any, checks: list[tuple[str, Any, str]]) -> None:
     and raises for the first that is False."""
     if not checks:
         return
-    flags = torch.stack([flag.reshape(()) for _, flag, _ in checks]).tolist()
-    for (argument, _, message), ok in zip(checks, flags):
-        if not ok:
-            raise invalid(argument, message)
+    flags = torch.stack([(flag[0] == 0) if argument == _MASK_RECORD else flag.reshape(())
+                         for argument, flag, _ in checks]).tolist()
+    for (argument, flag, message), ok in zip(checks, flags):
+        if ok:
+            continue
+        if argument == _MASK_RECORD:
+            raise ValueError(_core.mask_error_message(flag.cpu().view(torch.uint8).numpy()))
+        raise invalid(argument, message)
 
 
 # ---- host checks ------------------------------------------------------------------------------------------
@@ -123,22 +127,25 @@ def _schedule_checks(torch: Any, schedule: Any, entries: int, q_blocks: int) -> 
             ("schedule", once, "repeats a (head, q_block) item, so another is missing")]
 
 
-def _csr_checks(torch: Any, row_ptr: Any, col_idx: Any, kv_blocks: int) -> list[tuple[str, Any, str]]:
-    """row_ptr from 0 to nnz, nondecreasing, at most kv_blocks per row; col_idx in range, ascending per row."""
-    checks = []
-    nnz = col_idx.numel()
-    if _needs_value_check(row_ptr):
-        counts = row_ptr[1:] - row_ptr[:-1]
-        ok = (row_ptr[0] == 0) & (row_ptr[-1] == nnz) & (counts >= 0).all() & (counts <= kv_blocks).all()
-        checks.append(("row_ptr", ok, f"must rise from 0 to nnz = {nnz} by at most {kv_blocks} per row"))
-    if _needs_value_check(col_idx) and nnz > 0:
-        in_range = ((col_idx >= 0) & (col_idx < kv_blocks)).all()
-        row_start = torch.zeros(nnz + 1, dtype=torch.bool, device=col_idx.device)
-        row_start[row_ptr.clamp(0, nnz)] = True
-        ascending = ((col_idx[1:] > col_idx[:-1]) | row_start[1:nnz]).all()
-        checks.append(("col_idx", in_range, f"has a KV block outside 0..{kv_blocks - 1}"))
-        checks.append(("col_idx", ascending, "must be strictly ascending within each row"))
-    return checks
+def _check_csr(torch: Any, row_ptr: Any, col_idx: Any, mask_heads: int, kv_blocks: int) -> list[tuple[str, Any, str]]:
+    """The mask's rules are the ingest's (wavealign/ingest.h): a CPU CSR is ingested on the host (its ValueError
+    raised here); a CUDA CSR a Plan did not produce is validated on the device by the same rules, and its record
+    joins the flags that _raise_failed reads (the message is decoded from it only when it is set)."""
+    if not (_needs_value_check(row_ptr) or _needs_value_check(col_idx)):
+        return []
+    view = _core.csr_view(row_ptr.detach(), col_idx.detach(), mask_heads, kv_blocks)
+    if row_ptr.device.type == "cpu":
+        _core.ingest(view)
+        return []
+    record = torch.empty(10, dtype=torch.int32, device=row_ptr.device)
+    scratch = torch.empty(max(1, _core.mask_validation_bytes(view)), dtype=torch.uint8, device=row_ptr.device)
+    with torch.cuda.device(row_ptr.device):
+        _core.validate_mask(view, record.data_ptr(), scratch.data_ptr(), scratch.numel(),
+                            torch.cuda.current_stream().cuda_stream)
+    return [(_MASK_RECORD, record, "")]
+
+
+_MASK_RECORD = "<mask record>"  # a check whose flag is a validation record: its message comes from the record
 
 
 # ---- sparse_attention -------------------------------------------------------------------------------------------
@@ -221,9 +228,9 @@ def _check_attention_inputs(torch: Any, q: Any, k: Any, v: Any, row_ptr: Any, co
     _check_tensor(torch, col_idx, "col_idx", torch.int32, 1, q.device)
     _check_tensor(torch, schedule, "schedule", torch.int32, 2, q.device)
     rows = row_ptr.numel() - 1
-    if rows not in (heads * q_blocks, batch * heads * q_blocks):
+    if rows % q_blocks or not _core.mask_heads_fit(rows // q_blocks, batch, heads):
         raise invalid("row_ptr", f"has {rows + 1} entries, expected mask_heads*q_blocks+1 with mask_heads = H = "
-                                 f"{heads} or B*H = {batch * heads} and q_blocks = {q_blocks}")
+                                 f"{heads}, B*H = {batch * heads} or 1 and q_blocks = {q_blocks}")
     entries = batch * heads
     if tuple(schedule.shape) != (entries * q_blocks, 2):
         raise invalid("schedule", f"has shape {list(schedule.shape)}, expected [B*H*q_blocks, 2] = "
@@ -235,9 +242,10 @@ def _check_attention_inputs(torch: Any, q: Any, k: Any, v: Any, row_ptr: Any, co
     for tensor, name in ((row_ptr, "row_ptr"), (col_idx, "col_idx"), (schedule, "schedule")):
         if not tensor.is_contiguous():
             raise invalid(name, "must be contiguous")
-    _raise_failed(torch, _csr_checks(torch, row_ptr, col_idx, kv_blocks) +
+    mask_heads = rows // q_blocks
+    _raise_failed(torch, _check_csr(torch, row_ptr, col_idx, mask_heads, kv_blocks) +
                   _schedule_checks(torch, schedule, entries, q_blocks))
-    return rows // q_blocks, q_blocks, kv_blocks
+    return mask_heads, q_blocks, kv_blocks
 
 
 def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
@@ -263,6 +271,12 @@ def _supported(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: i
     return _core.cuda_query_support(heads, tokens, head_dim, q_block, kv_block, element, kernel, device)
 
 
+@functools.lru_cache(maxsize=64)
+def _workspace_bytes(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: int, element: str,
+                     kernel: str) -> int:
+    return _core.cuda_workspace_bytes(heads, tokens, head_dim, q_block, kv_block, element, kernel)
+
+
 def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
                    q_block: int, kv_block: int, scale: float, traversal: str, kernel: str) -> tuple[Any, Any]:
     """The fused kernel: the whole batch in one launch, on the current torch stream of q's device."""
@@ -283,7 +297,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
     supported, reason, _ = _supported(heads, length, head_dim, q_block, kv_block, element, kernel, device)
     if not supported:
         raise RuntimeError(f"the wavealign CUDA kernel cannot run this call: {reason}")
-    workspace = torch.empty(_core.cuda_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel),
+    workspace = torch.empty(_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel),
                             dtype=torch.uint8, device=q.device)
     # A stride of a size-1 dimension is never stepped over: 0 lets the kernel take its default.
     batch_strides = tuple(x.stride(0) if batch > 1 else 0 for x in (q, k, v, o))
@@ -377,9 +391,7 @@ def permute_rows(x: Any, permutation: Any, block: Any) -> Any:
     heads, q_blocks = permutation.shape
     padded = q_blocks * block
     length = x.shape[-2]
-    if not (padded - block < length <= padded):
-        raise invalid("x", f"has {length} tokens, expected {padded - block + 1}..{padded} for {q_blocks} query "
-                           f"blocks of {block}")
+    _core.check_query_blocks(length, block, q_blocks, "x")
     _raise_failed(torch, _permutation_checks(torch, permutation, "permutation"))
     view = heads_view_shape(tuple(x.shape[:-2]), heads, "x")
     tokens = _token_index(torch, permutation, block, padded).reshape(*view, padded)
@@ -432,6 +444,8 @@ def _register() -> None:
                                     "str traversal, str kernel) -> (Tensor, Tensor)")
     def sparse_attention(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal,
                          kernel):
+        check_choice(traversal, "traversal", "traversal")
+        check_choice(kernel, "kernel", "kernel")
         if q.device.type == "cuda":
             return attention_cuda(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale,
                                   traversal, kernel)

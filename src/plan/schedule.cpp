@@ -44,9 +44,13 @@ void check_batch_shape(int mask_heads, int q_blocks, int batch, int heads) {
   WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
   WA_CHECK_ARG(int64_t(batch) * heads * q_blocks <= INT_MAX, "batch", "batch x heads x q_blocks = ",
                int64_t(batch) * heads * q_blocks, " exceeds the int32 schedule index");
-  WA_CHECK_ARG(mask_heads == heads || int64_t(mask_heads) == int64_t(batch) * heads, "mask_heads", "is ", mask_heads,
-               ", expected heads = ", heads, " (one mask shared by the batch) or batch*heads = ",
-               int64_t(batch) * heads);
+  WA_CHECK_ARG(mask_heads_fit(mask_heads, batch, heads), "mask_heads", "is ", mask_heads,
+               ", expected heads = ", heads, " (one mask shared by the batch), batch*heads = ",
+               int64_t(batch) * heads, " (one per entry) or 1 (one head shared by all)");
+}
+
+bool mask_heads_fit(int64_t mask_heads, int64_t batch, int64_t heads) {
+  return mask_heads == 1 || mask_heads == heads || mask_heads == batch * heads;
 }
 
 Schedule make_batch_schedule(std::span<const int32_t> permutations, int mask_heads, int q_blocks, int batch,

@@ -27,11 +27,7 @@ void check_size(size_t actual, size_t expected, const char* argument, const char
 }
 
 void check_mask(const CsrMask& mask, const AttentionShape& shape) {
-  const bool heads_match = mask.heads == shape.heads || mask.heads == shape.entries();
-  WA_CHECK_ARG(heads_match && mask.q_blocks == shape.q_blocks() && mask.kv_blocks == shape.kv_blocks(), "mask",
-               "is ", mask.heads, "x", mask.q_blocks, "x", mask.kv_blocks, " (heads x q_blocks x kv_blocks), "
-               "expected ", shape.heads, (shape.batch > 1 ? " or " + std::to_string(shape.entries()) : ""), "x",
-               shape.q_blocks(), "x", shape.kv_blocks());
+  check_call_against_plan(shape, mask.heads, mask.q_blocks, mask.kv_blocks);
   try {
     mask.validate();
   } catch (const InvalidArgument& error) {

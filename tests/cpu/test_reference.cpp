@@ -225,6 +225,23 @@ TEST(Reference, AnyScheduleGivesBitwiseIdenticalOutputs) {
   }
 }
 
+// A one-head mask serves every head (mask head e % 1 = 0): the same bits as that head repeated per head.
+TEST(Reference, OneHeadMaskBroadcastsOverEveryHead) {
+  Problem p = make_problem(3, 300, 32, {64, 64}, 0.4, 51);
+  const BlockMask one = random_mask(1, p.shape.q_blocks(), p.shape.kv_blocks(), 0.4, 52);
+  BlockMask repeated(3, one.q_blocks(), one.kv_blocks());
+  for (int h = 0; h < 3; ++h)
+    for (int r = 0; r < one.q_blocks(); ++r)
+      for (int c = 0; c < one.kv_blocks(); ++c)
+        if (one.test(0, r, c)) repeated.set(h, r, c);
+  p.mask = repeated;
+  const Output expected = run(p);
+  p.mask = one;
+  const Output broadcast = run(p);
+  EXPECT_TRUE(bitwise_equal(broadcast.o, expected.o));
+  EXPECT_TRUE(bitwise_equal(broadcast.lse, expected.lse));
+}
+
 TEST(Reference, RepeatedRunsAreBitwiseIdentical) {
   const Problem p = make_problem(4, 640, 64, {64, 64}, 0.5, 5);
   const Output a = run(p), b = run(p);
@@ -301,12 +318,14 @@ TEST(Reference, RejectsBadArguments) {
   expect_invalid(call(s, short_tensor, p.k, p.v, csr, p.scale, o, lse, nullptr), "q");
   expect_invalid(call(s, p.q, short_tensor, p.v, csr, p.scale, o, lse, nullptr), "k");
   expect_invalid(call(s, p.q, p.k, short_tensor, csr, p.scale, o, lse, nullptr), "v");
-  // A shape whose block counts differ from the mask's.
+  // A shape whose block counts differ from the mask's: the call's tensors are what is wrong.
   expect_invalid(call(with([](auto& x) { x.block.q_block = 64; }), p.q, p.k, p.v, csr, p.scale, o, lse, nullptr),
-                 "mask");
-  CsrMask wrong_heads = csr;
-  wrong_heads.heads = 1;
-  expect_invalid(call(s, p.q, p.k, p.v, wrong_heads, p.scale, o, lse, nullptr), "mask");
+                 "q");
+  expect_invalid(call(with([](auto& x) { x.block.kv_block = 128; }), p.q, p.k, p.v, csr, p.scale, o, lse, nullptr),
+                 "k");
+  // 3 mask heads fit neither 2 heads, batch x heads = 2, nor 1.
+  CsrMask wrong_heads = random_mask(3, s.q_blocks(), s.kv_blocks(), 0.3, 43).to_csr();
+  expect_invalid(call(s, p.q, p.k, p.v, wrong_heads, p.scale, o, lse, nullptr), "q");
   CsrMask bad_column = csr;
   bad_column.col_idx[0] = s.kv_blocks();
   expect_invalid(call(s, p.q, p.k, p.v, bad_column, p.scale, o, lse, nullptr), "mask");

@@ -31,6 +31,7 @@
 #include "wavealign/gpu_plan.h"
 #include "wavealign/ingest.h"
 #include "wavealign/plan.h"
+#include "wavealign/plan_buffers.h"
 #include "wavealign/schedule.h"
 #include "wavealign/simulate.h"
 #include "wavealign/skip.h"
@@ -1270,6 +1271,13 @@ void expect_device_validation_like_the_host(PreparedPlanner& prepared, const Hos
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where << ": " << cudaGetErrorString(cudaGetLastError());
   const GpuResult result = plan.download();
   expect_same_record(result.error, expected, where);
+  // The validation alone (what the attention op runs on a CSR no plan made) writes the same record.
+  DeviceArray<MaskError> record(1);
+  record.poison();
+  DeviceArray<uint8_t> scratch(mask_validation_bytes(device_mask.view));
+  validate_mask(device_mask.view, record.get(), scratch.get(), scratch.count(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where << ": " << cudaGetErrorString(cudaGetLastError());
+  expect_same_record(record.download()[0], expected, where + " (validate_mask)");
   if (expected.code == 0) return;
   std::vector<int32_t> identity(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) identity[r] = int32_t(r % host.q_blocks);
@@ -1333,6 +1341,70 @@ TEST(GpuPlanValidation, EveryRuleGivesTheHostRecord) {
   }
   // Valid inputs clear a record left by an earlier call.
   for (Form form : kAllForms) expect_device_validation_like_the_host(prepared, HostMaskArrays(mask, form), "valid");
+}
+
+// One buffer of plan_buffer_layout(mask): every region holds what the CPU plan's export holds (the s2 order has
+// no angle near-ties, so the two plans are equal bit for bit).
+TEST(GpuPlanBuffers, OneBufferEqualsTheCpuExport) {
+  WA_REQUIRE_GPU();
+  const BlockMask mask = test_support::bernoulli_mask(3, 45, 38, 0.3, 21);
+  PlanConfig config;
+  config.order = Order::kS2;
+  config.wave_size = 8;
+  config.skip = SkipPolicy::kNever;
+  const Plan cpu = make_plan(mask, config);
+  const PlanBufferLayout exact = plan_buffer_layout(3, 45, 38, mask.nnz(), mask.nnz());
+  std::vector<uint8_t> expected(exact.bytes);
+  write_plan_buffer(cpu, mask, exact, expected.data());
+  PreparedPlanner prepared(mask, config);
+  for (Form form : kAllForms) {
+    const DeviceMaskCopy device_mask(mask, form);
+    const PlanBufferLayout layout = plan_buffer_layout(device_mask.view);
+    DeviceArray<uint8_t> buffer(layout.bytes);
+    buffer.poison();
+    DeviceArray<uint8_t> scratch(prepared.planner.scratch_bytes());
+    EXPECT_TRUE(prepared.planner.plan(device_mask.view, layout, buffer.get(), prepared.workspace.get(), scratch.get(),
+                                      scratch.count(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << form_name(form);
+    const std::vector<uint8_t> got = buffer.download();
+    auto same = [&](const PlanBufferRegion& ours, const PlanBufferRegion& theirs, size_t bytes, const char* name) {
+      EXPECT_EQ(std::memcmp(got.data() + ours.offset, expected.data() + theirs.offset, bytes), 0)
+          << form_name(form) << ": " << name;
+    };
+    same(layout.record, exact.record, exact.record.bytes, "record");
+    same(layout.skip, exact.skip, exact.skip.bytes, "skip");
+    same(layout.permutations, exact.permutations, exact.permutations.bytes, "permutations");
+    same(layout.inverses, exact.inverses, exact.inverses.bytes, "inverses");
+    same(layout.schedule, exact.schedule, exact.schedule.bytes, "schedule");
+    same(layout.csr_row_ptr, exact.csr_row_ptr, exact.csr_row_ptr.bytes, "csr_row_ptr");
+    same(layout.csr_col_idx, exact.csr_col_idx, exact.csr_col_idx.bytes, "csr_col_idx");  // the first nnz
+    EXPECT_EQ(layout.permuted_capacity > 0, form == Form::kCsr || form == Form::kCsrOtherWidths) << form_name(form);
+    if (layout.permuted_capacity > 0) {
+      same(layout.permuted_row_ptr, exact.permuted_row_ptr, exact.permuted_row_ptr.bytes, "permuted_row_ptr");
+      same(layout.permuted_col_idx, exact.permuted_col_idx, exact.permuted_col_idx.bytes, "permuted_col_idx");
+    }
+  }
+}
+
+TEST(GpuPlanBuffers, PlanNamesALayoutOfAnotherMask) {
+  const BlockMask mask = test_support::bernoulli_mask(2, 8, 8, 0.5, 3);
+  const HostMaskArrays host(mask, Form::kDense);
+  const DeviceMask view = host.host_view();  // host pointers: the checks run before anything is enqueued
+  PlanConfig config;
+  config.wave_size = 4;
+  GpuPlanner planner(2, 8, 8, config);
+  alignas(256) char buffer_on_stack[256];
+  expect_invalid([&] { planner.plan(view, plan_buffer_layout(2, 8, 7, 128, 0), buffer_on_stack, nullptr, nullptr, 0,
+                                    nullptr); },
+                 "layout");
+  expect_invalid([&] { planner.plan(view, plan_buffer_layout(2, 8, 8, 127, 0), buffer_on_stack, nullptr, nullptr, 0,
+                                    nullptr); },
+                 "layout");
+  expect_invalid([&] { planner.plan(view, plan_buffer_layout(view), nullptr, nullptr, nullptr, 0, nullptr); },
+                 "buffer");
+  expect_invalid([&] { planner.plan(view, plan_buffer_layout(view), buffer_on_stack + 8, nullptr, nullptr, 0,
+                                    nullptr); },
+                 "buffer");
 }
 
 TEST(GpuPlanValidation, RandomCorruptionsGiveTheHostRecord) {

@@ -460,6 +460,17 @@ CASES: list[Case] = [
         "ValueError", "invalid argument 'full_kv_indices'"),
     _py("plan", "FlexAttention mask on CUDA with kv_indices = 99, then plan.skipped",
         lambda env: _cuda_flex_plan(), "ValueError", "invalid argument 'kv_indices'", needs="cuda"),
+    _py("plan", "wavealign.plan(mask, heads=5)  # a dense mask of 2 heads",
+        lambda env: _wa().plan(_mask(), heads=5), "ValueError",
+        "invalid argument 'heads': is for a CSR mask; a dense mask (its shape gives them) takes none, got 5"),
+    _py("plan", "wavealign.plan(mask, kv_blocks=7)  # a dense mask of 40 KV blocks",
+        lambda env: _wa().plan(_mask(), kv_blocks=7), "ValueError",
+        "invalid argument 'kv_blocks': is for a CSR mask; a dense mask (its shape gives them) takes none, got 7"),
+    _py("plan", "an int8 mask", lambda env: _wa().plan(np.zeros((1, 4, 4), np.int8)), "ValueError",
+        "invalid argument 'block_mask': has dtype int8, expected bool or uint8"),
+    _py("plan", "a mask on the meta device",
+        lambda env: _wa().plan(_torch().ones(1, 4, 4, dtype=_torch().bool, device="meta")), "ValueError",
+        "invalid argument 'block_mask': is on the meta device, which holds no values to plan", needs="torch"),
     _py("plan", "wavealign.plan(mask, profile='missing.json')",
         lambda env: _wa().plan(_mask(), profile=str(env.folder / "missing.json")), "ValueError",
         "invalid argument 'profile"),
@@ -485,9 +496,19 @@ CASES: list[Case] = [
         "ValueError", "invalid argument 'q': has an empty dimension: [2, 128, 0]"),
     _py("attention", "scale=float('nan')",
         lambda env: _wa().sparse_attention(*_qkv(), _small_plan(), scale=math.nan), "ValueError",
-        "invalid argument 'scale': must be finite and > 0, got nan"),
+        "invalid argument 'scale': must be finite and > 0 (None = 1/sqrt(head_dim)), got nan"),
     _py("attention", "scale=-1.0", lambda env: _wa().sparse_attention(*_qkv(), _small_plan(), scale=-1.0),
-        "ValueError", "invalid argument 'scale': must be finite and > 0, got -1.0"),
+        "ValueError", "invalid argument 'scale': must be finite and > 0 (None = 1/sqrt(head_dim)), got -1.0"),
+    _py("attention", "scale=0", lambda env: _wa().sparse_attention(*_qkv(), _small_plan(), scale=0),
+        "ValueError", "invalid argument 'scale': must be finite and > 0 (None = 1/sqrt(head_dim)), got 0.0"),
+    _py("attention", "scale=1e308", lambda env: _wa().sparse_attention(*_qkv(), _small_plan(), scale=1e308),
+        "ValueError", "invalid argument 'scale': must be at most 3.402823e+38 (the kernels compute in float32), "
+                      "got 1e+308"),
+    _py("attention", "return_lse='yes'", lambda env: _wa().sparse_attention(*_qkv(), _small_plan(), return_lse="yes"),
+        "ValueError", "invalid argument 'return_lse': must be a bool, got str 'yes'"),
+    _py("attention", "numpy q float64 with a float32 k",
+        lambda env: _wa().sparse_attention(_qkv()[0].astype(np.float64), *_qkv()[1:], _small_plan()),
+        "ValueError", "invalid argument 'k': has dtype float32, q has float64"),
     _py("attention", "scale='big'", lambda env: _wa().sparse_attention(*_qkv(), _small_plan(), scale="big"),
         "ValueError", "invalid argument 'scale': must be a float or None, got str"),
     _py("attention", "traversal='zigzag'",
@@ -517,7 +538,7 @@ CASES: list[Case] = [
     # The plug-in path.
     _py("plug-in", "plan.permute_rows(x) with 100 tokens, the plan has 8 blocks of 16",
         lambda env: _small_plan().permute_rows(np.zeros((2, 100, 4), np.float32)), "ValueError",
-        "invalid argument 'x': has 100 tokens, expected 113..128 for 8 query blocks of 16"),
+        "invalid argument 'x': has 100 tokens = 7 query blocks of 16, the plan has 8"),
     _py("plug-in", "plan.permute_rows(x) with 3 heads, a 2-head plan",
         lambda env: _small_plan().permute_rows(np.zeros((3, 128, 4), np.float32)), "ValueError",
         "invalid argument 'x': leading dimensions [3] do not end in the mask's 2 heads"),
@@ -573,10 +594,32 @@ CASES: list[Case] = [
     _py("ops", "sparse_attention(..., schedule listing one item twice, ...)",
         lambda env: _attention_op(lambda schedule: _set_item(schedule, 0, schedule.view(-1, 2)[1])),
         "ValueError", "invalid argument 'schedule': repeats a (head, q_block) item", needs="torch"),
+    _py("ops", "sparse_attention(..., traversal='zig', ...)",
+        lambda env: _attention_op_arguments(traversal="zig"), "ValueError",
+        "invalid argument 'traversal': unknown value 'zig' (expected one of: ascending, sawtooth)", needs="torch"),
+    _py("ops", "sparse_attention(..., col_idx with KV block 4 of 4, ...)",
+        lambda env: _attention_op_arguments(col_idx=lambda col_idx: _set_entry(col_idx, 0, 4)), "ValueError",
+        "invalid argument 'col_idx': entry 0 = 4 (head 0, query block ", needs="torch"),
     _py("ops", "sparse_attention(..., schedule with query block 99, ...)",
         lambda env: _attention_op(lambda schedule: _set_item(schedule, 0, [0, 99])),
         "ValueError", "invalid argument 'schedule': has an item outside 2 heads x 4 query blocks", needs="torch"),
 ]
+
+
+def _set_entry(tensor, entry: int, value):
+    tensor = tensor.clone()
+    tensor[entry] = value
+    return tensor
+
+
+def _attention_op_arguments(traversal: str = "ascending", col_idx: Callable[[Any], Any] = lambda c: c):
+    """torch.ops.wavealign.sparse_attention on a plan's own tensors, with one of them changed."""
+    torch = _torch()
+    plan = _torch_plan()
+    q = torch.zeros(1, plan.heads, plan.q_blocks * plan.block_size[0], 8)
+    row_ptr, columns, schedule, error = plan._launch_tensors(q.device, 1, plan.heads, "sequential")
+    return _ops().sparse_attention(q, q, q, row_ptr, col_idx(columns), schedule, error, *plan.block_size, 0.5,
+                                   traversal, "auto")
 
 
 def _set_item(schedule, item: int, value):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import wavealign
-from wa_testing import FlexLike, csr_of, random_mask
+from wa_testing import FlexLike, csr_of, host_block, random_mask
 
 
 @pytest.fixture
@@ -58,8 +58,10 @@ def test_plan_equals_the_core_plan_through_the_extension(rng):
     mask = random_mask(rng, 2, 90, 90)
     core = wavealign._core
     handle = core.make_plan(core.mask_from_dense(mask), "wavealign", "h200", 20, 10, 0, "never", 1, 128, 2, 128, 1.0)
+    buffer, layout, *_ = handle.export()
+    offset, size = layout["regions"]["permutations"]
     plan = wavealign.plan(mask, wave_size=20, skip="never", threads=4)
-    assert np.array_equal(plan.permutation, handle.permutations())
+    assert np.array_equal(plan.permutation, buffer[offset:offset + size].view(np.int32).reshape(2, 90))
 
 
 def test_dense_csr_and_flex_inputs_give_one_plan(rng):
@@ -202,7 +204,8 @@ def test_gpu_plan_decisions_read_back_like_the_cpu_plan(rng):
         stats[name] = cpu.stats[name]
     planner = wavealign._core.GpuPlanner(3, 64, 64, "wavealign", "h200", 16, 10, 0, "auto", 4096, 2, 128, 1.0)
     flags = np.array([2, 0, 3], np.uint8)  # working set fits, none, low density (GpuSkipReason)
-    skipped, reasons, decoded = planner.decode(stats.view(np.uint8), flags)
+    message, skipped, reasons, decoded = planner.decode(host_block(stats, flags))
+    assert message is None
     assert skipped == [True, False, True] and decoded["skipped_heads"] == 2
     assert cpu.skipped[0] and cpu.skipped[2]
     assert reasons[0] == cpu.reason[0] and reasons[2] == cpu.reason[2]
@@ -211,7 +214,7 @@ def test_gpu_plan_decisions_read_back_like_the_cpu_plan(rng):
         assert decoded[name] == cpu.stats[name]
     assert np.isnan(decoded["total_plan_ms"]) and decoded["wave_size"] == 16 and decoded["order"] == "wavealign"
     # kNoGain (6) comes from a calibrated profile, which this planner does not have: the flag's own text.
-    skipped, reasons, _ = planner.decode(stats.view(np.uint8), np.array([2, 6, 3], np.uint8))
+    _, skipped, reasons, _ = planner.decode(host_block(stats, np.array([2, 6, 3], np.uint8)))
     assert skipped == [True, True, True] and reasons[1] == "predicted gain does not pay for the plan"
 
 
@@ -358,7 +361,7 @@ def batch_schedule_oracle(permutation, batch, heads, head_order):
         order = ([(h, p) for h in range(heads) for p in range(q_blocks)] if head_order == "sequential"
                  else [(h, p) for p in range(q_blocks) for h in range(heads)])
         for h, p in order:
-            mask_head = h if mask_heads == heads else b * heads + h
+            mask_head = (b * heads + h) % mask_heads
             items.append((b * heads + h, permutation[mask_head, p]))
     return np.array(items, np.int32)
 
@@ -380,7 +383,7 @@ def test_the_schedule_binding_refuses_what_is_not_a_permutation():
     with pytest.raises(ValueError, match="invalid argument 'permutations': row 2 appears twice"):
         wavealign._core.batch_schedule(permutation, 1, 2, "sequential")
     with pytest.raises(ValueError, match="invalid argument 'mask_heads'"):
-        wavealign._core.batch_schedule(permutation[:1], 2, 3, "sequential")
+        wavealign._core.batch_schedule(np.array([[0, 1, 2], [2, 1, 0]], np.int32), 1, 3, "sequential")
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
@@ -428,8 +431,8 @@ def test_derived_launch_tensors_are_cached_within_a_bound(rng):
         assert np.array_equal(schedule.numpy(),
                               batch_schedule_oracle(plan.permutation.numpy(), batch, 2, "concurrent-heads"))
     assert plan._launch_tensors(cpu, 20, 2, "concurrent-heads")[2] is schedule  # kept: the same tensor
-    with pytest.raises(ValueError, match="invalid argument 'plan'"):
-        plan._launch_tensors(cpu, 2, 3, "sequential")  # neither 3 nor 2*3 mask heads
+    with pytest.raises(ValueError, match="invalid argument 'mask_heads'"):
+        plan._launch_tensors(cpu, 2, 3, "sequential")  # 2 mask heads: neither 3, 2*3 nor 1
 
 
 def test_which_orders_have_a_gpu_plan():

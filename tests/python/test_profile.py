@@ -21,6 +21,7 @@ import pytest
 
 import wavealign
 from wavealign import _profile
+from wa_testing import host_block
 
 try:
     import torch
@@ -245,7 +246,7 @@ def test_gpu_planner_decodes_profile_decisions_like_the_cpu_plan(mask):
                                          BLOCK, 1.0, profile.core, 0)
     assert planner.tokens == TOKENS and planner.has_profile
     flags = np.array([6 if low else 0 for low in LOW_HEADS], np.uint8)
-    skipped, reasons, _ = planner.decode(stats.view(np.uint8), flags)
+    _, skipped, reasons, _ = planner.decode(host_block(stats, flags))
     assert skipped == cpu.skipped == LOW_HEADS
     assert reasons == cpu.reason
     with pytest.raises(ValueError, match=r"invalid argument 'tokens'"):

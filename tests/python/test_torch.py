@@ -60,7 +60,7 @@ def test_permute_rows_keeps_the_input_layout_and_reads_any_strides(rng):
             np.float32))[:, ::2], view.transpose(-1, -2).contiguous().transpose(-1, -2)):
         assert torch.equal(plan.permute_rows(odd), plan.permute_rows(odd.contiguous()))
     wavealign.ops.register()
-    permutation, inverse = plan._tensors(x.device)
+    permutation, inverse = plan._views(x.device)[:2]
     torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (view, permutation, 8))
     torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (permuted, inverse, 8, 45))
     # The fake kernels promise the same layout (a compiled graph plans its buffers from them).
@@ -89,7 +89,7 @@ def test_custom_ops_are_registered_with_consistent_fake_kernels(rng):
     wavealign.ops.register()
     plan = wavealign.plan(random_mask(rng, 2, 4, 4), wave_size=2, skip="never", block_size=8)
     x = torch.randn(2, 30, 8)
-    permutation, inverse = plan._tensors(x.device)
+    permutation, inverse = plan._views(x.device)[:2]
     torch.library.opcheck(torch.ops.wavealign.permute_rows.default, (x, permutation, 8))
     torch.library.opcheck(torch.ops.wavealign.unpermute_rows.default, (torch.randn(2, 32, 8), inverse, 8, 30))
     for batch in (1, 3):
@@ -232,7 +232,7 @@ def test_inputs_that_require_grad_are_refused_up_front(rng):
     with pytest.raises(ValueError, match="invalid argument 'o': requires grad"):
         plan.unpermute_rows(torch.randn(2, 32, 8, requires_grad=True))
     # The ops called directly refuse it too, before returning anything that would record a backward.
-    permutation, inverse = plan._tensors(x.device)
+    permutation, inverse = plan._views(x.device)[:2]
     with pytest.raises(ValueError, match="invalid argument 'x': requires grad"):
         torch.ops.wavealign.permute_rows(x, permutation, 8)
     with pytest.raises(ValueError, match="invalid argument 'x': requires grad"):

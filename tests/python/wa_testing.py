@@ -70,3 +70,10 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, token_mask: np.
 def transposed_layout(x: np.ndarray) -> np.ndarray:
     """The same values as x [B, H, L, d] viewed from a [B, L, H, d] buffer (the usual projection layout)."""
     return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+
+
+def host_block(stats: np.ndarray, flags: np.ndarray, record: np.ndarray | None = None) -> np.ndarray:
+    """The host block of a plan buffer (wavealign/plan_buffers.h) as the host reads it back: the 40-byte
+    validation record (zeros: a valid mask), the MaskStats array, then one skip code per head."""
+    record = np.zeros(40, np.uint8) if record is None else record.view(np.uint8)
+    return np.concatenate([record, stats.view(np.uint8), flags.astype(np.uint8)])

@@ -193,9 +193,9 @@ void validate(const SparseAttentionArgs& args, const void* workspace) {
   WA_CHECK_ARG(int64_t(args.batch) * args.heads * q_blocks <= INT_MAX, "batch",
                "batch * heads * q_blocks = ", int64_t(args.batch) * args.heads * q_blocks, " exceeds int32");
   const Layout layout = resolve_layout(args);
-  WA_CHECK_ARG(layout.mask_heads == args.heads || layout.mask_heads == int64_t(args.batch) * args.heads,
-               "mask_heads", "must be heads = ", args.heads, " (one mask for the batch) or batch * heads = ",
-               int64_t(args.batch) * args.heads, " (one per entry), got ", layout.mask_heads);
+  WA_CHECK_ARG(mask_heads_fit(layout.mask_heads, args.batch, args.heads), "mask_heads", "must be heads = ",
+               args.heads, " (one mask for the batch), batch * heads = ", int64_t(args.batch) * args.heads,
+               " (one per entry) or 1 (one head for all), got ", layout.mask_heads);
   WA_CHECK_ARG(std::isfinite(args.scale) && args.scale >= 0, "scale", "must be finite and >= 0 (0 = 1/sqrt(d))");
   for (const auto& [pointer, name] : {std::pair<const void*, const char*>{args.q, "q"}, {args.k, "k"}, {args.v, "v"},
                                       {static_cast<const void*>(args.o), "o"}}) {

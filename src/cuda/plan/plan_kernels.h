@@ -12,6 +12,9 @@
 
 namespace wavealign::cuda::plan {
 
+/// One row of the CSR bit-packing kernel (2 * row_words half-words) must fit in 48 KiB of shared memory.
+constexpr int kMaxKvBlocks = 48 * 1024 / 4 * 32;  // 393,216 KV blocks: 50M tokens at 128-token blocks
+
 /// Shape and config of one plan call as the kernels need them.
 struct PlanShape {
   int heads = 0;

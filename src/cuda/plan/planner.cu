@@ -79,8 +79,6 @@ WorkspaceLayout workspace_layout(const PlanShape& shape, Order order, size_t sor
 
 namespace {
 
-// One row of the CSR bit-packing kernel (2 * row_words half-words) must fit in 48 KiB of shared memory.
-constexpr int kMaxKvBlocks = 48 * 1024 / 4 * 32;  // 393,216 KV blocks: 50M tokens at 128-token blocks
 constexpr int kMaxGridDim = 65535;                // heads index grid.y / grid.z
 constexpr int kStaticSharedReserve = 2048;        // the product kernel's static scratch, rounded up
 
@@ -132,8 +130,8 @@ GpuPlanner::GpuPlanner(int heads, int q_blocks, int kv_blocks, const PlanConfig&
     : heads_(heads), q_blocks_(q_blocks), kv_blocks_(kv_blocks), config_(config) {
   WA_CHECK_ARG(heads >= 0 && heads <= kMaxGridDim, "heads", "must be in [0, ", kMaxGridDim, "], got ", heads);
   WA_CHECK_ARG(q_blocks >= 0, "q_blocks", "must be >= 0, got ", q_blocks);
-  WA_CHECK_ARG(kv_blocks >= 0 && kv_blocks <= kMaxKvBlocks, "kv_blocks", "must be in [0, ", kMaxKvBlocks, "], got ",
-               kv_blocks);
+  WA_CHECK_ARG(kv_blocks >= 0 && kv_blocks <= plan::kMaxKvBlocks, "kv_blocks", "must be in [0, ",
+               plan::kMaxKvBlocks, "], got ", kv_blocks);
   WA_CHECK_ARG(int64_t(heads) * q_blocks <= INT_MAX, "q_blocks", "heads x q_blocks = ", int64_t(heads) * q_blocks,
                " exceeds the int32 row index of the plan");
   check_plan_config(config);  // make_plan's checks; config.threads is not used here
@@ -416,6 +414,21 @@ bool GpuPlanner::plan(const DeviceMask& mask, const GpuPlanOutputs& outputs, con
   return plan_cached(mask, outputs, prepared, scratch, stream, cache_key);
 }
 
+bool GpuPlanner::plan(const DeviceMask& mask, const PlanBufferLayout& layout, void* buffer, const void* prepared,
+                      void* scratch, size_t scratch_bytes, Stream stream) {
+  const PlanBufferLayout needed = plan_buffer_layout(mask);
+  WA_CHECK_ARG(layout.heads == needed.heads && layout.q_blocks == needed.q_blocks &&
+                   layout.kv_blocks == needed.kv_blocks && layout.csr_capacity >= needed.csr_capacity &&
+                   layout.permuted_capacity >= needed.permuted_capacity,
+               "layout", "is for ", layout.heads, "x", layout.q_blocks, "x", layout.kv_blocks, " blocks with ",
+               layout.csr_capacity, " / ", layout.permuted_capacity, " CSR entries; the mask needs ", needed.heads, "x",
+               needed.q_blocks, "x", needed.kv_blocks, " with ", needed.csr_capacity, " / ", needed.permuted_capacity);
+  WA_CHECK_ARG(buffer != nullptr, "buffer", "is null");
+  WA_CHECK_ARG(reinterpret_cast<uintptr_t>(buffer) % kPlanBufferAlignment == 0, "buffer", "must be ",
+               kPlanBufferAlignment, "-byte aligned");
+  return plan(mask, plan_outputs(layout, buffer), prepared, scratch, scratch_bytes, stream);
+}
+
 bool GpuPlanner::plan_cached(const DeviceMask& mask, const GpuPlanOutputs& outputs, const void* prepared,
                              void* scratch, Stream stream, std::optional<uint64_t> cache_key) {
   {
@@ -478,6 +491,28 @@ void GpuPlanner::forget(uint64_t cache_key) {
 void GpuPlanner::clear_cache() {
   const std::lock_guard<std::mutex> lock(*mutex_);
   cache_.clear();
+}
+
+GpuPlanOutputs plan_outputs(const PlanBufferLayout& layout, void* buffer) {
+  auto at = [buffer](const PlanBufferRegion& region) { return static_cast<char*>(buffer) + region.offset; };
+  GpuPlanOutputs outputs;
+  outputs.error = reinterpret_cast<MaskError*>(at(layout.record));
+  outputs.stats = reinterpret_cast<MaskStats*>(at(layout.stats));
+  outputs.skip = reinterpret_cast<uint8_t*>(at(layout.skip));
+  outputs.permutations = reinterpret_cast<int32_t*>(at(layout.permutations));
+  outputs.inverses = reinterpret_cast<int32_t*>(at(layout.inverses));
+  outputs.schedule = reinterpret_cast<ScheduleItem*>(at(layout.schedule));
+  outputs.head_order = HeadOrder::kSequential;
+  outputs.csr_row_ptr = reinterpret_cast<int64_t*>(at(layout.csr_row_ptr));
+  outputs.csr_col_idx = reinterpret_cast<int32_t*>(at(layout.csr_col_idx));
+  // The planner takes a capacity > 0 for every CSR it writes; a mask of no entries needs none of it.
+  outputs.csr_col_capacity = std::max<int64_t>(layout.csr_capacity, 1);
+  if (layout.permuted_capacity > 0) {
+    outputs.permuted_row_ptr = reinterpret_cast<int64_t*>(at(layout.permuted_row_ptr));
+    outputs.permuted_col_idx = reinterpret_cast<int32_t*>(at(layout.permuted_col_idx));
+    outputs.permuted_col_capacity = layout.permuted_capacity;
+  }
+  return outputs;
 }
 
 void write_batch_schedule(const int32_t* permutations, int mask_heads, int q_blocks, int batch, int heads,
