@@ -26,9 +26,10 @@ struct PlanConfig {
   SkipPolicy skip = SkipPolicy::kAuto;
   SkipModel skip_model;    // statistics thresholds and cost model of SkipPolicy::kAuto
   int threads = 0;         // worker threads over heads; 0 = hardware concurrency. Results do not depend on it.
-  /// Calibrated gain and plan cost of the target GPU (load_skip_profile). With SkipPolicy::kAuto, heads that
-  /// pass the statistics are decided by decide_by_profile before any plan is computed, instead of by the
-  /// simulated prefix against the CPU plan's wall time. Shared, so that copies of the config stay cheap.
+  /// Calibrated gain and plan cost of the target GPU. With SkipPolicy::kAuto, heads that pass the statistics are
+  /// decided by the profile's gain against its plan cost before any plan is computed; null: the statistics alone
+  /// decide. The CLI and Python's plan() default to choose_skip_profile("", gpu).profile, the built-in profile
+  /// of `gpu`. Shared, so that copies of the config stay cheap.
   std::shared_ptr<const SkipProfile> profile;
   int64_t tokens = 0;      // sequence length the profile is read at; 0 = q_blocks x skip_model.kv_block
   int embedding_rank = 4;  // r of the hilbert, morton and chain orders, in [2, kMaxEmbeddingRank]
@@ -65,7 +66,7 @@ struct Plan {
 /// Builds the plan for every head (heads in parallel; the result is the same for any thread count).
 /// Throws InvalidArgument naming the config field for bad values.
 /// The checks of `config` that make_plan and the GPU planner both apply: throws InvalidArgument naming
-/// "wave_size", "iterations", "threads", "skip_model", "plan_reuse", "plan_cost_ms", "predict_waves", "tokens"
+/// "wave_size", "iterations", "threads", "skip_model", "plan_reuse", "plan_cost_ms", "tokens"
 /// or "profile: <field>".
 void check_plan_config(const PlanConfig& config);
 

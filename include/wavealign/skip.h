@@ -40,13 +40,11 @@ struct SkipModel {
   double wave_working_set_fit = 1.0;
   /// How many attention calls reuse one plan (layers x steps sharing a mask); divides the plan cost.
   double plan_reuse = 1.0;
-  /// Waves of the head simulated to predict the gain (a prefix keeps the decision cheap).
-  int predict_waves = 8;
   /// Share of the shorter of compute and HBM time that the kernel fails to hide behind the longer one.
   /// From FlexAttention on the H200 (4 heads, L = 363,520, density 0.28): WaveAlign order cut HBM time by
   /// about 17 ms per head and kernel time by 4 ms per head, so 0.23.
   double exposed_fraction = 0.23;
-  /// Cost charged for the plan; < 0 = the measured wall time of this head's CPU plan.
+  /// Plan cost charged per head against a profile's gain; < 0 = the profile's plan time at the head's point.
   double plan_cost_ms = -1;
 };
 
@@ -116,7 +114,7 @@ std::string skip_reason_text(SkipReason code, SkipPolicy policy, Order order, co
 SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model);
 
 /// Cost part of the decision: decide_skip with only the gain, charging model.plan_cost_ms when >= 0, else
-/// measured_plan_ms. The reason states both sides.
-SkipDecision decide_by_gain(double gain_ms, double measured_plan_ms, const SkipModel& model);
+/// plan_ms. The reason states both sides.
+SkipDecision decide_by_gain(double gain_ms, double plan_ms, const SkipModel& model);
 
 }  // namespace wavealign

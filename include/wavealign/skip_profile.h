@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "wavealign/enums.h"
 #include "wavealign/skip.h"
 
 namespace wavealign {
@@ -67,17 +69,70 @@ double profile_original_ms(const SkipProfile& profile, int64_t tokens, double de
 /// (ln tokens, density) and clamped to the grid's range like the gain's factors; exact at grid points.
 double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double density, int heads);
 
+/// The measured ranges of a profile's grid: inside them profile_gain_ms and profile_plan_ms interpolate, outside
+/// they extrapolate (the factors clamped to the nearest edge, the kernel time growing with d x L^2).
+struct SkipProfileRange {
+  int64_t min_tokens = 0;
+  int64_t max_tokens = 0;
+  double min_density = 0;
+  double max_density = 0;
+};
+SkipProfileRange skip_profile_range(const SkipProfile& profile);
+
+/// Empty when (tokens, density) lies inside the profile's grid (or within 1% of its edge); else which coordinate
+/// lies outside and the measured range, e.g. "L above the measured 25200-363600 tokens". Reasons and
+/// `wavealign skip` append it so that an extrapolated prediction is never shown as a measured one.
+std::string skip_profile_extrapolation(const SkipProfile& profile, int64_t tokens, double density);
+
 /// The gain and plan cost that the profile predicts for one head of `tokens` tokens at `density`:
 /// profile_gain_ms and, unless model.plan_cost_ms >= 0 replaces it, profile_plan_ms, with the source
-/// "profile of <device> at L = <tokens> tokens, density <density>%". What decide_skip compares for make_plan and
-/// the GPU planner with a profile, and for `wavealign skip`.
+/// "profile of <device> at L = <tokens> tokens, density <density>%" (followed by "; extrapolated: <what>" outside
+/// the grid, skip_profile_extrapolation). What decide_skip compares for make_plan and the GPU planner with a
+/// profile, and for `wavealign skip`.
 SkipGain profile_skip_gain(const SkipProfile& profile, int64_t tokens, double density, const SkipModel& model);
 
 /// The cost part of the adaptive skip from the profile, for one head of `tokens` tokens and stats.density:
 /// decide_skip with profile_skip_gain and no statistics, so model.plan_reuse and model.plan_cost_ms apply as they
-/// do to the simulated gain. The reason is decide_by_gain's, followed by the profile's device and the point it
-/// was read at.
+/// do to any gain. The reason is decide_by_gain's, followed by the profile's device and the point it was read at.
 SkipDecision decide_by_profile(const MaskStats& stats, int64_t tokens, const SkipProfile& profile,
                                const SkipModel& model);
+
+// ---- the built-in profiles and the one rule that picks a profile ----------------------------------------------
+
+/// The repository file the built-in profile of `gpu` is compiled from: "bench/results/<gpu>-skip-profile.json".
+std::string builtin_skip_profile_file(GpuPreset gpu);
+
+/// The profile shipped for `gpu`, compiled into the library from builtin_skip_profile_file(gpu) and parsed once;
+/// null when the preset has none (only the H200 has one).
+std::shared_ptr<const SkipProfile> builtin_skip_profile(GpuPreset gpu);
+
+/// Where a profile choice takes its profile from.
+enum class SkipProfileKind {
+  kNone,     ///< no profile: the adaptive skip decides by the mask statistics alone
+  kBuiltin,  ///< the built-in profile of `preset`
+  kFile,     ///< a profile file
+};
+
+struct SkipProfileChoice {
+  SkipProfileKind kind = SkipProfileKind::kNone;
+  GpuPreset preset = GpuPreset::kH200;  // kBuiltin: whose profile
+  std::string file;                     // kFile: the path as given
+  /// Where it came from, for messages and JSON: "built-in bench/results/h200-skip-profile.json", the file's path,
+  /// "none", or "none (no built-in profile for h100)".
+  std::string origin;
+  std::shared_ptr<const SkipProfile> profile;  // choose_skip_profile: the profile; null for kNone
+};
+
+/// The rule that turns a profile choice into a source, behind the CLI's --profile and Python's profile= (reads
+/// nothing):
+///  - "" (the default): the built-in profile of `gpu`, or none when `gpu` has no built-in profile;
+///  - "none": no profile;
+///  - a GPU preset's name ("h200"): that preset's built-in profile; InvalidArgument("profile") when it has none;
+///  - anything else: a profile file (a file named like a preset is given as "./h200").
+SkipProfileChoice skip_profile_choice(std::string_view choice, GpuPreset gpu);
+
+/// skip_profile_choice with its profile loaded: the built-in one, or load_skip_profile of the file (whose
+/// InvalidArgument names "<path>" or "<path>: <field>").
+SkipProfileChoice choose_skip_profile(std::string_view choice, GpuPreset gpu);
 
 }  // namespace wavealign

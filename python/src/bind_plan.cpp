@@ -78,6 +78,27 @@ ProfileHandle profile_from_file(const std::string& path) {
   }
 }
 
+// The library's rule for a profile choice (skip_profile_choice): (kind, detail, origin), kind "none", "builtin"
+// (detail: the preset) or "file" (detail: the path). Python loads and caches what it names.
+std::tuple<std::string, std::string, std::string> profile_choice(const std::string& choice, const std::string& gpu) {
+  const SkipProfileChoice result = skip_profile_choice(choice, from_string<GpuPreset>(gpu));
+  switch (result.kind) {
+    case SkipProfileKind::kBuiltin:
+      return {"builtin", std::string(to_string(result.preset)), result.origin};
+    case SkipProfileKind::kFile:
+      return {"file", result.file, result.origin};
+    case SkipProfileKind::kNone:
+      break;
+  }
+  return {"none", "", result.origin};
+}
+
+std::optional<ProfileHandle> builtin_profile(const std::string& gpu) {
+  std::shared_ptr<const SkipProfile> profile = builtin_skip_profile(from_string<GpuPreset>(gpu));
+  if (!profile) return std::nullopt;
+  return ProfileHandle{std::move(profile)};
+}
+
 /// A plan together with the mask it was built from (the plug-in path and the kernel need both).
 struct PlanHandle {
   BlockMask mask;
@@ -210,6 +231,11 @@ void bind_plan(nb::module_& module) {
              "parse_skip_profile on JSON text; errors name 'profile: <field>'.");
   module.def("skip_profile_from_file", &profile_from_file, nb::arg("path"),
              "load_skip_profile on a file; errors name 'profile: <path>[: <field>]'.");
+  module.def("skip_profile_choice", &profile_choice, nb::arg("choice"), nb::arg("gpu"),
+             "skip_profile_choice: the rule behind profile= and the CLI's --profile, as (kind, detail, origin): "
+             "'none', 'builtin' (detail: the preset) or 'file' (detail: the path). Reads nothing.");
+  module.def("builtin_skip_profile", &builtin_profile, nb::arg("gpu"),
+             "The profile compiled in for a GPU preset (parsed once), or None when the preset has none.");
 
   nb::class_<BlockMask>(module, "Mask", "Bit-packed block mask [heads, q_blocks, kv_blocks] (host memory).")
       .def_prop_ro("heads", &BlockMask::heads)

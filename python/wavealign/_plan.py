@@ -452,11 +452,15 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
         threads: worker threads over heads of the CPU plan (0 = all cores); the plan does not depend on it.
         planner: "auto" (the GPU plan for a CUDA mask when the package has its CUDA code, else the CPU plan),
             "cpu" (always the CPU plan) or "gpu" (the GPU plan; a CUDA mask is required).
-        profile: a calibrated skip profile (docs/skip-profile.md): a path (str or os.PathLike) to its JSON file,
-            its JSON text, or a dict of it; None = no profile. With skip="auto", heads the statistics let through
-            are reordered only when the profile's kernel gain x plan_reuse exceeds its plan cost (their reason
-            names the profile's device); with another skip policy it is checked but has no effect. Parsed
-            profiles are cached (a file by path, modification time and size).
+        profile: the calibrated skip profile (docs/skip-profile.md), chosen by the rule of the CLI's --profile:
+            None (the default) = the built-in profile of `gpu` (the H200's; none for a preset without one), so
+            plan(mask) decides as `wavealign reorder --mask mask.npy` does; "none" = no profile (the mask
+            statistics alone decide); a GPU preset's name ("h200") = its built-in profile; else a path (str or
+            os.PathLike) to a profile JSON file, its JSON text, or a dict of it. With skip="auto", heads the
+            statistics let through are reordered only when the profile's kernel gain x plan_reuse exceeds its
+            plan cost (their reason names the profile's device and the point it was read at); with another skip
+            policy it is checked but has no effect. Parsed profiles are cached (a file by path, modification time
+            and size).
         tokens: the sequence length the profile is read at; None = the BlockMask's seq_lengths[0] for a
             FlexAttention mask, else q_blocks x kv_block.
 
@@ -481,7 +485,7 @@ def plan(block_mask: Any, wave_size: int | None = None, order: str = "wavealign"
     blocks = block_pair(block_size)
     if planner not in PLANNERS:
         raise invalid("planner", f"unknown value {planner!r} (expected one of: {', '.join(PLANNERS)})")
-    parsed = _profile.resolve(profile)
+    parsed = _profile.resolve(profile, gpu)
     tokens = None if tokens is None else check_int(tokens, "tokens", 0, INT64_MAX)
 
     on_device = planner != "cpu" and _ingest.on_cuda(block_mask) and (planner == "gpu" or _gpu_plan.available())

@@ -10,8 +10,6 @@
 
 #include "common/random.h"
 #include "wavealign/error.h"
-#include "wavealign/schedule.h"
-#include "wavealign/simulate.h"
 
 namespace wavealign {
 
@@ -38,38 +36,6 @@ std::vector<int32_t> shuffled(int n, uint64_t seed, int head) {
 void fill_inverse(HeadPlan& head_plan) {
   head_plan.inverse.assign(head_plan.permutation.size(), 0);
   for (size_t p = 0; p < head_plan.permutation.size(); ++p) head_plan.inverse[head_plan.permutation[p]] = int32_t(p);
-}
-
-// One head of `mask` as its own single-head CSR mask, for the gain prediction.
-CsrMask single_head_csr(const BlockMask& mask, int head) {
-  BlockMask one(1, mask.q_blocks(), mask.kv_blocks());
-  for (int i = 0; i < mask.q_blocks(); ++i) {
-    const auto source = mask.row_words(head, i);
-    std::copy(source.begin(), source.end(), one.row_words(0, i).begin());
-  }
-  return one.to_csr();
-}
-
-// Predicted kernel-time gain of `permutation` over the original order for one head, from a simulated prefix
-// of `predict_waves` waves scaled to the whole head by K/V accesses.
-double predicted_gain_ms(const BlockMask& mask, int head, const std::vector<int32_t>& permutation,
-                         const GpuModel& gpu, const SkipModel& model) {
-  const CsrMask csr = single_head_csr(mask, head);
-  if (csr.nnz() == 0) return 0.0;
-  SimConfig config;
-  config.gpu = gpu;
-  config.head_dim = model.head_dim;
-  config.element_bytes = model.element_bytes;
-  config.block = {model.kv_block, model.kv_block};
-  config.max_rows = int64_t(model.predict_waves) * gpu.slots();
-  Schedule original = original_schedule(1, mask.q_blocks(), HeadOrder::kSequential);
-  Schedule reordered = original;
-  for (int p = 0; p < mask.q_blocks(); ++p) reordered.items[p].q_block = permutation[p];
-  const SimResult before = simulate(csr, original, config);
-  const SimResult after = simulate(csr, reordered, config);
-  const double scale_before = before.kv_accesses ? double(csr.nnz()) / double(before.kv_accesses) : 0.0;
-  const double scale_after = after.kv_accesses ? double(csr.nnz()) / double(after.kv_accesses) : 0.0;
-  return predicted_kernel_ms(before, gpu, model) * scale_before - predicted_kernel_ms(after, gpu, model) * scale_after;
 }
 
 // The head's permutation in `order`, without any skip logic (stage times into head_plan).
@@ -107,10 +73,10 @@ std::vector<int32_t> reorder_head(const BlockMask& mask, int head, const PlanCon
   return order;
 }
 
-// One head: its statistics, the skip decision (decide_skip) and, unless skipped, its permutation. With a
-// profile the gain is read from (L, density) before any plan is computed, so a skipped head costs no plan.
-// Without one, kAuto plans the head and predicts the gain from a simulated prefix, against the plan's wall time
-// (or skip_model.plan_cost_ms).
+// One head: its statistics, the skip decision (decide_skip) and, unless skipped, its permutation. The decision
+// comes before any plan is computed and reads only the statistics and, with a profile, the profile's gain and plan
+// cost at (L, density): it is the same on any machine under any load, and a skipped head costs no plan. Without a
+// profile the statistics alone decide, as in the GPU planner.
 HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, const GpuModel& gpu, int wave_size) {
   HeadPlan head_plan;
   const SkipModel& model = config.skip_model;
@@ -123,18 +89,8 @@ HeadPlan plan_head(const BlockMask& mask, int head, const PlanConfig& config, co
   } else {
     head_plan.skip = decide_skip(config.skip, config.order, &head_plan.stats, model, nullptr);
   }
-  if (!head_plan.skip.skipped) head_plan.permutation = reorder_head(mask, head, config, wave_size, head_plan);
-
-  if (gain_decides && !config.profile && !head_plan.skip.skipped) {
-    SkipGain gain;
-    gain.gain_ms = predicted_gain_ms(mask, head, head_plan.permutation, gpu, model);
-    const bool measured = model.plan_cost_ms < 0;
-    gain.plan_cost_ms = measured ? head_plan.plan_ms : model.plan_cost_ms;
-    gain.source = "simulated gain of the first " + std::to_string(model.predict_waves) + " waves" +
-                  (measured ? ", plan cost: this CPU plan's wall time" : "");
-    head_plan.skip = decide_skip(config.skip, config.order, &head_plan.stats, model, &gain);
-  }
-  if (head_plan.skip.skipped) head_plan.permutation = identity(mask.q_blocks());
+  head_plan.permutation =
+      head_plan.skip.skipped ? identity(mask.q_blocks()) : reorder_head(mask, head, config, wave_size, head_plan);
   fill_inverse(head_plan);
   return head_plan;
 }
@@ -156,8 +112,7 @@ void check_plan_config(const PlanConfig& config) {
   WA_CHECK_ARG(std::isfinite(model.plan_reuse) && model.plan_reuse > 0, "plan_reuse",
                "must be a finite number > 0, got ", model.plan_reuse);
   WA_CHECK_ARG(std::isfinite(model.plan_cost_ms), "plan_cost_ms",
-               "must be finite (< 0 = the measured plan time), got ", model.plan_cost_ms);
-  WA_CHECK_ARG(model.predict_waves >= 1, "predict_waves", "must be >= 1, got ", model.predict_waves);
+               "must be finite (< 0 = the profile's plan time), got ", model.plan_cost_ms);
   WA_CHECK_ARG(config.tokens >= 0, "tokens", "must be >= 0 (0 = q_blocks x kv_block), got ", config.tokens);
   WA_CHECK_ARG(config.embedding_rank >= 2 && config.embedding_rank <= kMaxEmbeddingRank, "embedding_rank",
                "must be in [2, ", kMaxEmbeddingRank, "], got ", config.embedding_rank);

@@ -54,3 +54,43 @@ def test_bench_takes_an_order_and_a_mask_file(cli, tmp_path):
 def test_bench_refuses_bad_flags_naming_them(cli, flag, value):
     result = cli("bench", *SMALL, flag, value, check=False)
     assert result.returncode == 2 and flag in result.stderr, result.stderr
+
+
+def test_bench_names_its_own_flags_and_keeps_the_recommendation(cli):
+    # --order shuffled is compared with the original order; the recommendation is simulate's over its own orders,
+    # so it never speaks of a --orders that bench does not have.
+    out = cli("bench", *SMALL, "--order", "shuffled").stdout
+    lines = out.splitlines()
+    assert [line.split()[1] for line in lines if line.startswith("wavealign-kernel")] == ["original", "shuffled"]
+    assert "--orders" not in out and lines[-1].startswith("recommendation: ")
+
+
+def test_bench_takes_the_profile_and_plan_cost_of_simulate(cli):
+    statistics = json.loads(cli("bench", *SMALL, "--profile", "none", "--json").stdout)
+    assert statistics["recommendation"]["source"] == "simulator"
+    costly = json.loads(cli("bench", "--frames", "161", "--heads", "1", "--plan-cost", "1000", "--json").stdout)
+    assert costly["recommendation"]["order"] == "original"
+    for flag, value in (("--profile", "no-such-profile.json"), ("--plan-cost", "fast")):
+        result = cli("bench", *SMALL, flag, value, check=False)
+        assert result.returncode == 2 and flag in result.stderr, result.stderr
+
+
+def test_bench_without_a_gpu_says_no_gpu_was_found(cli):
+    device = cli("bench", *SMALL).stdout.splitlines()[1]
+    assert "driver version is insufficient" not in device
+    if device.startswith("device: none"):
+        assert "no CUDA GPU found" in device or "built without its CUDA kernels" in device, device
+
+
+def test_bench_quotes_the_simulated_speedup_of_its_table(cli, tmp_path):
+    # One number for one quantity: the table's simulated speedup of the recommended order is the one the
+    # recommendation attributes to the simulator; the profile's prediction is named as the profile's.
+    np.save(tmp_path / "mask.npy", np.random.default_rng(4).random((1, 1200, 1200)) < 0.3)
+    out = json.loads(cli("bench", "--mask", tmp_path / "mask.npy", "--json").stdout)
+    recommendation = out["recommendation"]
+    row = next(row for row in out["results"]
+               if row["impl"] == "wavealign-kernel" and row["order"] == recommendation["order"] == "wavealign")
+    assert row["predicted_speedup"] == pytest.approx(recommendation["simulated_speedup"])
+    text = cli("bench", "--mask", tmp_path / "mask.npy").stdout.splitlines()
+    cell = next(line for line in text if line.startswith("wavealign-kernel") and " wavealign " in line).split()[-1]
+    assert f"the simulator's: {cell}" in text[-1] and "by the skip profile (NVIDIA H200" in text[-1]

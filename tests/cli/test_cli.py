@@ -1,7 +1,11 @@
 """End-to-end checks of the wavealign CLI: the documented calls, their JSON, files, and exit codes."""
 import json
+import os
 import pathlib
+import pty
 import struct
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -59,7 +63,7 @@ def test_default_simulation_explains_its_columns_and_ends_with_a_recommendation(
     wavealign = next(line for line in lines if line.startswith("wavealign "))
     assert wavealign.split()[5] == "reorder" and float(wavealign.split()[4]) < 0.5, wavealign
     last = lines[-1]
-    assert last.startswith("recommendation: --order wavealign, predicted speedup over the original order ")
+    assert last.startswith("recommendation: --order wavealign: predicted speedup over the original order ")
     assert "at 1 reuse" in last
     assert last.endswith("on your mask: wavealign reorder --mask MASK.npy --order wavealign --out perm.npy")
 
@@ -138,12 +142,13 @@ def test_simulate_plan_cost_choices(cli):
     assert fixed["results"][1]["skip"]["skipped"] and fixed["recommendation"]["order"] == "original"
     free = json.loads(cli(*base, "--plan-cost", "0").stdout)
     assert free["recommendation"]["speedup_with_plan"] == free["recommendation"]["speedup"]
-    # Without a profile the simulator predicts each head's gain; the plan cost is then this machine's CPU plan.
-    simulated = json.loads(cli(*base, "--profile", "none").stdout)
-    assert simulated["skip"]["gain"] == "simulator" and simulated["skip"]["plan_cost"] == "cpu"
-    assert simulated["skip"]["profile"] is None
-    for head in simulated["results"][1]["skip"]["heads"]:
-        assert "simulated gain" in head["reason"]
+    # Without a profile the statistics alone decide, as in the planners; the plan cost charged in the table is
+    # then this machine's CPU plan.
+    statistics = json.loads(cli(*base, "--profile", "none").stdout)
+    assert statistics["skip"]["gain"] == "none" and statistics["skip"]["plan_cost"] == "cpu"
+    assert statistics["skip"]["profile"] is None
+    for head in statistics["results"][1]["skip"]["heads"]:
+        assert head["reason"].endswith("decided by the statistics only (no predicted gain)") and head["gain_ms"] is None
 
 
 def test_a_gpu_without_a_profile_says_so(cli):
@@ -151,7 +156,7 @@ def test_a_gpu_without_a_profile_says_so(cli):
     assert "no skip profile for h100" in text and "this machine's CPU plan time" in text
     assert text.strip().splitlines()[-1].startswith("recommendation: ")
     out = json.loads(cli("simulate", "--gpu", "h100", "--orders", "original,wavealign", "--json").stdout)
-    assert out["skip"]["gain"] == "simulator" and out["skip"]["plan_cost"] == "cpu"
+    assert out["skip"]["gain"] == "none" and out["skip"]["plan_cost"] == "cpu"
     # A profile file stands in for the missing one, and the recommended command carries it.
     given = json.loads(cli("simulate", "--gpu", "h100", "--orders", "original,wavealign", "--profile", H200_PROFILE,
                            "--json").stdout)
@@ -290,6 +295,9 @@ def test_generate_then_viz_writes_a_png(cli, tmp_path):
     (["simulate", "--plan-cost", "-2"], "--plan-cost"),
     (["simulate", "--plan-cost", "nan"], "--plan-cost"),
     (["simulate", "--profile", "no-such-profile.json"], "--profile"),
+    (["simulate", "--profile", "a40"], "--profile"),
+    (["skip", "--tokens", "1000", "--density", "0.2", "--profile", "none"], "--profile"),
+    (["generate", "--frames", "4497", "--out", "x.npy"], "--allow-large-output"),
     (["generate", "--mask", "file.npy", "--out", "x.npy"], "--mask"),
     (["generate", "--density", "-0.5", "--out", "x.npy"], "--density"),
     (["reorder", "--mask", "no-such-file.npy", "--out", "x.npy"], "--mask"),
@@ -443,3 +451,162 @@ def test_skip_names_a_malformed_profile(cli, tmp_path):
     result = cli("skip", "--profile", bad, "--tokens", "1000", "--density", "0.2", check=False)
     assert result.returncode == 2
     assert "bad.json" in result.stderr
+
+
+# ---- one screen, one number ------------------------------------------------------------------------------------
+
+def test_simulate_names_the_profile_gain_apart_from_the_simulated_rows(cli):
+    # The shuffled order simulates slower than the original, yet the planners reorder it: with a profile they
+    # compare the profile's measured WaveAlign gain for whichever order is asked. The column says it is the
+    # profile's gain, and the legend says why a row's decision does not follow from its pred. ms.
+    text = cli("simulate", "--frames", "401", "--mask", "random", "--density", "0.2").stdout
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split() and line.split()[0] in ORDERS}
+    assert float(rows["shuffled"].split()[3]) > float(rows["original"].split()[3])
+    assert "head 0: profile gain " in rows["shuffled"] and "predicted kernel gain" not in rows["shuffled"]
+    assert "a row's decision does not follow from its pred. ms" in text
+
+
+def write_partly_skipped_mask(path):
+    """Heads 0 and 1: 1,200 x 1,200 blocks at density 0.3 (they pass the statistics and the H200 profile pays for
+    them); head 2: every row the same 900 blocks (adjacent Jaccard 1: the statistics keep its original order)."""
+    rng = np.random.default_rng(8)
+    mask = rng.random((3, 1200, 1200)) < 0.3
+    mask[2] = False
+    mask[2][:, rng.permutation(1200)[:900]] = True
+    return write_mask(path, mask)
+
+
+def test_simulate_shows_the_row_skip_auto_runs_and_the_recommendation_quotes_it(cli, tmp_path):
+    mask = write_partly_skipped_mask(tmp_path / "m.npy")
+    args = ["simulate", "--mask", mask, "--orders", "original,wavealign"]
+    lines = cli(*args).stdout.splitlines()
+    row = next(line for line in lines if line.startswith("wavealign "))
+    auto = next(line for line in lines if line.startswith("wavealign auto "))
+    assert "reorder 2 of 3 heads; head 2 skips: adjacent rows" in row
+    assert "what --skip auto runs: 2 heads in wavealign order, 1 in the original order" in auto
+    plan_all, plan_auto = row.split()[4], auto.split()[5]
+    assert float(plan_auto) < float(plan_all)
+    last = lines[-1]
+    assert last.startswith("recommendation: --order wavealign (2 of 3 heads reordered): ")
+    assert f"with its {plan_auto} ms plan" in last and "(rows original and 'wavealign auto')" in last
+    profile = next(line for line in lines if line.startswith("profile: NVIDIA H200"))
+    # The JSON carries the same numbers: the simulator's speedup is the rows' pred. ms, the profile's its line's.
+    out = json.loads(cli(*args, "--json").stdout)
+    original, wavealign = out["results"]
+    adaptive = wavealign["adaptive"]
+    recommendation = out["recommendation"]
+    assert f"{adaptive['plan_cost_ms']:.3f}" == plan_auto and f"{adaptive['predicted_kernel_ms']:.3f}" == auto.split()[4]
+    assert recommendation["simulated_speedup"] == pytest.approx(
+        original["predicted_kernel_ms"] / adaptive["predicted_kernel_ms"])
+    assert f"the simulator's: {recommendation['simulated_speedup']:.3f}x" in last
+    assert f"{recommendation['profile_original_ms']:.3f} ms in the original order" in profile
+    assert f"{recommendation['profile_ms']:.3f} ms in the wavealign order" in profile
+    assert recommendation["speedup"] == pytest.approx(recommendation["profile_original_ms"] / recommendation["profile_ms"])
+    assert f"order {recommendation['speedup']:.3f}x (kernel)" in last
+
+
+# ---- the skip decision: one profile rule, extrapolation marked ---------------------------------------------------
+
+def test_reorder_takes_a_preset_name_or_none_as_its_profile(cli, tmp_path):
+    masks = write_mask(tmp_path / "mask.npy", np.random.default_rng(4).random((1, 1200, 1200)) < 0.3)
+
+    def reasons(*args):
+        out = json.loads(cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy", "--json", *args).stdout)
+        return out["profile"], [head["reason"] for head in out["head_plans"]]
+
+    origin, default = reasons()
+    assert origin == "built-in bench/results/h200-skip-profile.json"
+    assert reasons("--profile", "h200") == (origin, default)
+    # Another preset's model (its usable L2) with the H200's profile: the same profile comparison.
+    assert reasons("--gpu", "h100", "--profile", "h200")[1][0].split("; ")[1] == default[0].split("; ")[1]
+    none_origin, statistics = reasons("--profile", "none")
+    assert none_origin == "none" and statistics[0].endswith("decided by the statistics only (no predicted gain)")
+    assert reasons("--gpu", "h100")[0] == "none (no built-in profile for h100)"
+    refused = cli("reorder", "--mask", masks, "--out", tmp_path / "p.npy", "--profile", "h100", check=False)
+    assert refused.returncode == 2 and "invalid argument '--profile': 'h100' has no built-in skip profile" in refused.stderr
+    far = reasons("--tokens", "1000000")[1][0]
+    assert "extrapolated: L above the measured 25200-363600 tokens" in far
+
+
+def test_skip_marks_points_outside_the_profile_grid(cli):
+    longest = 2 ** 63 - 1
+    out = json.loads(cli("skip", "--tokens", f"{longest},147600,1000", "--density", "0.28,0.9", "--json").stdout)
+    assert out["grid"] == {"min_tokens": 25200, "max_tokens": 363600, "min_density": 0.02, "max_density": 0.57}
+    rows = {(row["tokens"], row["density"]): row for row in out["decisions"]}
+    assert not rows[(147600, 0.28)]["extrapolated"] and rows[(147600, 0.28)]["extrapolation"] == ""
+    assert rows[(147600, 0.9)]["extrapolation"] == "density above the measured 2.0-57.0%"
+    assert rows[(1000, 0.28)]["extrapolation"] == "L below the measured 25200-363600 tokens"
+    far = rows[(longest, 0.28)]
+    assert far["extrapolated"] and far["extrapolation"] == "L above the measured 25200-363600 tokens"
+    assert far["reason"].endswith("; extrapolated: L above the measured 25200-363600 tokens)")
+    text = cli("skip", "--tokens", f"{longest},147600", "--density", "0.28").stdout.splitlines()
+    assert text[1].endswith("extrapolated: L above the measured 25200-363600 tokens") and "e+27" in text[1]
+    assert "extrapolated" not in text[2]
+    assert text[-1].startswith("extrapolated: outside the profile's measured grid (L 25200-363600 tokens")
+    inside = cli("skip", "--tokens", "147600", "--density", "0.28").stdout
+    assert "extrapolated" not in inside
+
+
+# ---- outputs: never over an input, confirmation above 1 GB, progress on a terminal --------------------------------
+
+def test_an_output_that_is_an_input_is_refused(cli, tmp_path, small_mask):
+    original = small_mask.read_bytes()
+    np.save(tmp_path / "perm.npy", np.tile(np.arange(64, dtype=np.int32), (2, 1)))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.npy").symlink_to(small_mask)
+    cases = [
+        (["reorder", "--mask", small_mask, "--out", small_mask], "--mask"),
+        (["reorder", "--mask", small_mask, "--out", tmp_path / "sub" / ".." / small_mask.name], "--mask"),
+        (["reorder", "--mask", small_mask, "--out", tmp_path / "link.npy"], "--mask"),
+        (["viz", "--mask", small_mask, "--out", small_mask], "--mask"),
+        (["viz", "--mask", small_mask, "--perm", tmp_path / "perm.npy", "--out", tmp_path / "perm.npy"], "--perm"),
+    ]
+    for args, named in cases:
+        result = cli(*args, check=False)
+        assert result.returncode == 2, (args, result.stderr)
+        assert f"invalid argument '--out': names the same file as {named}" in result.stderr, result.stderr
+    assert small_mask.read_bytes() == original
+
+
+def test_generate_refuses_an_output_over_1_gb_before_generating_it(cli, tmp_path):
+    # 4,497 frames of Wan2.1 at 720p: 1,125 latent frames of 3,600 tokens, 31,641 blocks of 128 a side: one
+    # head's bool mask is 1,001,152,881 bytes, just over the limit. Refused at once, nothing allocated or written.
+    out = tmp_path / "big.npy"
+    started = time.monotonic()
+    result = cli("generate", "--frames", "4497", "--heads", "1", "--out", out, check=False)
+    assert result.returncode == 2, result.stderr
+    assert ("invalid argument '--out': would be 1.0 GB (1001152881 bytes: bool [1, 31641, 31641]); outputs over 1 GB "
+            "(1000000000 bytes) are written only with --allow-large-output") in result.stderr
+    assert not out.exists() and time.monotonic() - started < 10
+
+
+def run_on_a_terminal(binary, *args):
+    """Runs the CLI with stderr on a pseudo-terminal; returns (exit status, what it wrote to stderr)."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([str(binary), *map(str, args)], stdout=subprocess.DEVNULL, stderr=terminal)
+    os.close(terminal)
+    written = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the CLI closed its end
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(controller)
+    return process.wait(timeout=600), written.decode()
+
+
+def test_long_work_shows_progress_on_a_terminal_unless_quiet(request):
+    # 6 heads of 2,841 x 2,841 blocks in 5 orders: several seconds of planning and simulating.
+    binary = pathlib.Path(request.config.getoption("--wavealign")).resolve()
+    work = ["simulate", "--frames", "401", "--heads", "6"]
+    status, shown = run_on_a_terminal(binary, *work)
+    assert status == 0
+    assert "s] planning and simulating order " in shown and shown.endswith("\r\x1b[K")  # cleared at the end
+    for quiet in (["--quiet", *work], [*work, "--quiet"], ["-q", *work]):
+        status, shown = run_on_a_terminal(binary, *quiet)
+        assert status == 0 and shown == "", quiet
+    piped = subprocess.run([str(binary), *work], capture_output=True, text=True, timeout=600)
+    assert piped.returncode == 0 and piped.stderr == ""  # not a terminal: no progress line

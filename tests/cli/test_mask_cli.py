@@ -94,3 +94,31 @@ def test_flag_errors_name_the_flag(cli, tmp_path):
     result = cli("mask", "--method", "sparge", "--q", tmp_path / "bad.npy", "--k", tmp_path / "bad.npy", "--out",
                  out, check=False)
     assert result.returncode == 2 and "'--q'" in result.stderr
+
+
+def test_a_bad_q_or_k_file_is_named_by_its_flag(cli, tmp_path):
+    q, k = write_qk(tmp_path)
+    garbage = tmp_path / "extra.npy"
+    garbage.write_bytes(b"not a .npy file")
+    out = tmp_path / "mask.npy"
+    for args, flag in (([garbage, "--k", k], "--q"), ([q, "--k", garbage], "--k"),
+                       ([tmp_path / "missing.npy", "--k", k], "--q")):
+        result = cli("mask", "--q", *args, "--device", "cpu", "--out", out, check=False)
+        assert result.returncode == 2, result.stderr
+        assert f"invalid argument '{flag}': " in result.stderr and "'--extra.npy'" not in result.stderr
+    # A stray word after the flags is reported as it was written.
+    stray = cli("mask", "--q", q, "--k", k, "extra.npy", "--device", "cpu", "--out", out, check=False)
+    assert stray.returncode == 2 and "not expected: extra.npy" in stray.stderr
+    assert not out.exists()
+
+
+def test_an_output_over_1_gb_needs_confirmation(cli, tmp_path):
+    # 506,000 tokens in blocks of 16 tokens: a bool [1, 31625, 31625] mask of 1,000,140,625 bytes, refused before
+    # the method runs (the Q/K files are 2 MB each).
+    q, k = write_qk(tmp_path, heads=1, tokens=506_000, dim=1)
+    out = tmp_path / "mask.npy"
+    result = cli("mask", "--method", "xattention", "--q", q, "--k", k, "--block", "16", "--device", "cpu",
+                 "--out", out, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "invalid argument '--out': would be 1.0 GB (1000140625 bytes: bool [1, 31625, 31625])" in result.stderr
+    assert "--allow-large-output" in result.stderr and not out.exists()

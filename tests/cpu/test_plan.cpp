@@ -5,8 +5,12 @@
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <numeric>
+#include <thread>
 
 #include "plan/mask_products.h"
 #include "support/masks.h"
@@ -14,6 +18,7 @@
 #include "wavealign/error.h"
 #include "wavealign/plan.h"
 #include "wavealign/schedule.h"
+#include "wavealign/skip_profile.h"
 
 namespace wavealign {
 namespace {
@@ -317,6 +322,7 @@ TEST(Skip, GainAgainstCostDecides) {
   const BlockMask mask = bernoulli_mask(1, 800, 800, 0.2, 4);  // 50 MiB working set, scattered rows
   PlanConfig config = config_for(Order::kWaveAlign, 132);
   config.skip = SkipPolicy::kAuto;
+  config.profile = builtin_skip_profile(GpuPreset::kH200);
   config.skip_model.plan_cost_ms = 1e9;  // no gain pays for this
   const Plan expensive = make_plan(mask, config);
   EXPECT_TRUE(expensive.head_plans[0].skip.skipped);
@@ -324,14 +330,116 @@ TEST(Skip, GainAgainstCostDecides) {
   std::vector<int32_t> identity(800);
   std::iota(identity.begin(), identity.end(), 0);
   EXPECT_EQ(expensive.head_plans[0].permutation, identity);
+  config.skip_model.plan_cost_ms = 0;  // a free plan: applied when the predicted gain is positive
+  EXPECT_FALSE(make_plan(mask, config).head_plans[0].skip.skipped);
 
-  config.skip_model.plan_cost_ms = 0;  // free plan: applied when the predicted gain is positive
   const SkipDecision free_plan = decide_by_gain(0.5, 10.0, config.skip_model);
   EXPECT_FALSE(free_plan.skipped);
   EXPECT_TRUE(decide_by_gain(-0.1, 10.0, config.skip_model).skipped);
   config.skip_model.plan_cost_ms = -1;
   config.skip_model.plan_reuse = 100;
   EXPECT_FALSE(decide_by_gain(0.5, 10.0, config.skip_model).skipped) << "100 reuses of a 0.5 ms gain pay 10 ms";
+}
+
+TEST(Skip, WithoutAProfileTheStatisticsDecide) {
+  // A head that passes every statistics test is reordered without a gain comparison, as the GPU planner does
+  // without a profile: no simulated gain, no wall time, whatever the plan cost would be.
+  const BlockMask mask = bernoulli_mask(1, 800, 800, 0.2, 4);
+  PlanConfig config = config_for(Order::kWaveAlign, 132);
+  config.skip = SkipPolicy::kAuto;
+  config.skip_model.plan_cost_ms = 1e9;
+  const HeadPlan head = make_plan(mask, config).head_plans[0];
+  EXPECT_EQ(head.skip.code, SkipReason::kNone);
+  EXPECT_TRUE(std::isnan(head.skip.gain_ms) && std::isnan(head.skip.plan_cost_ms));
+  EXPECT_EQ(head.skip.reason, decide_by_statistics(head.stats, config.skip_model).reason);
+  EXPECT_NE(head.skip.reason.find("statistics only"), std::string::npos) << head.skip.reason;
+}
+
+// Plans `mask` `runs` times while `loaders` other threads keep the cores busy; returns each run's decisions.
+std::vector<std::vector<SkipDecision>> decisions_under_load(const BlockMask& mask, const PlanConfig& config, int runs,
+                                                            int loaders) {
+  std::atomic<bool> stop{false};
+  std::vector<std::jthread> load;
+  for (int t = 0; t < loaders; ++t)
+    load.emplace_back([&stop, &mask] {
+      PlanConfig busy;
+      busy.skip = SkipPolicy::kNever;
+      busy.threads = 1;
+      while (!stop) make_plan(mask, busy);
+    });
+  std::vector<std::vector<SkipDecision>> all;
+  for (int run = 0; run < runs; ++run) {
+    std::vector<SkipDecision> decisions;
+    for (const HeadPlan& head : make_plan(mask, config).head_plans) decisions.push_back(head.skip);
+    all.push_back(std::move(decisions));
+  }
+  stop = true;
+  return all;
+}
+
+TEST(Skip, DecisionsDoNotDependOnMachineLoad) {
+  // The decision reads the statistics and the profile, never a measured time: the same heads skipped for the same
+  // reasons in every run, with two other threads planning beside it (with a measured plan time as the cost, about
+  // half of such runs used to flip near the break-even point).
+  const BlockMask mask = bernoulli_mask(3, 600, 600, 0.3, 12);
+  for (const bool with_profile : {false, true}) {
+    PlanConfig config = config_for(Order::kWaveAlign, 132);
+    config.skip = SkipPolicy::kAuto;
+    if (with_profile) config.profile = builtin_skip_profile(GpuPreset::kH200);
+    const auto runs = decisions_under_load(mask, config, 30, 2);
+    for (size_t run = 1; run < runs.size(); ++run)
+      for (size_t h = 0; h < runs[run].size(); ++h) {
+        EXPECT_EQ(runs[run][h].code, runs[0][h].code) << "run " << run << ", head " << h;
+        EXPECT_EQ(runs[run][h].reason, runs[0][h].reason) << "run " << run << ", head " << h;
+      }
+  }
+}
+
+double elapsed_ms(const std::function<void()>& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+TEST(Skip, DecisionCostsLittleNextToThePlan) {
+  // 4 heads of 2841 x 2841 blocks (401 frames of Wan2.1 at 720p) at density 0.2: every head passes the
+  // statistics and is planned. The decision of all four (statistics, profile lookup, comparison) must cost under 5%
+  // of their plan, and the whole kAuto plan, with or without a profile, under 1.5x the kNever plan (a simulated
+  // prefix as the gain made it about 5x). Medians of single-threaded runs on a monotonic clock, the variants
+  // interleaved so that the load of a shared machine falls on all of them alike.
+  const BlockMask mask = bernoulli_mask(4, 2841, 2841, 0.2, 7);
+  PlanConfig never = config_for(Order::kWaveAlign, 132);
+  never.skip = SkipPolicy::kNever;
+  never.threads = 1;
+  PlanConfig automatic = never;
+  automatic.skip = SkipPolicy::kAuto;
+  PlanConfig profiled = automatic;
+  profiled.profile = builtin_skip_profile(GpuPreset::kH200);
+  const GpuModel gpu = gpu_model(GpuPreset::kH200);
+  const int64_t tokens = int64_t(mask.q_blocks()) * profiled.skip_model.kv_block;
+
+  std::vector<double> plan_ms, decision_ms, automatic_ms, profiled_ms;
+  for (int repetition = 0; repetition < 5; ++repetition) {
+    plan_ms.push_back(elapsed_ms([&] { make_plan(mask, never); }));
+    decision_ms.push_back(elapsed_ms([&] {
+      for (int h = 0; h < mask.heads(); ++h) {
+        const MaskStats stats = mask_stats(mask, h, gpu, profiled.skip_model);
+        const SkipGain gain = profile_skip_gain(*profiled.profile, tokens, stats.density, profiled.skip_model);
+        decide_skip(SkipPolicy::kAuto, Order::kWaveAlign, &stats, profiled.skip_model, &gain);
+      }
+    }));
+    automatic_ms.push_back(elapsed_ms([&] { make_plan(mask, automatic); }));
+    profiled_ms.push_back(elapsed_ms([&] { make_plan(mask, profiled); }));
+  }
+  const double plan = median(plan_ms);
+  EXPECT_LT(median(decision_ms), 0.05 * plan) << "decision " << median(decision_ms) << " ms, plan " << plan << " ms";
+  EXPECT_LT(median(automatic_ms), 1.5 * plan) << "kAuto without a profile";
+  EXPECT_LT(median(profiled_ms), 1.5 * plan) << "kAuto with the H200 profile";
 }
 
 TEST(Skip, AutoIsTheDefaultPolicy) {

@@ -381,6 +381,91 @@ TEST(ProfileSkipGain, GainPlanCostAndWhereTheyWereRead) {
   EXPECT_EQ(profile_skip_gain(profile, 40000, 0.1, model).gain_ms, gain.gain_ms);
 }
 
+TEST(ProfileSkipGain, MarksPointsOutsideTheGrid) {
+  // The grid spans L 10,000-40,000 and density 0.1-0.3; within 1% of an edge counts as inside (a mask's L read as
+  // q_blocks x block overstates the true length by up to one block).
+  const SkipProfile profile = grid_profile();
+  const SkipProfileRange range = skip_profile_range(profile);
+  EXPECT_EQ(range.min_tokens, 10000);
+  EXPECT_EQ(range.max_tokens, 40000);
+  EXPECT_EQ(range.min_density, 0.1);
+  EXPECT_EQ(range.max_density, 0.3);
+  for (int64_t tokens : {10000, 25000, 40000, 40400})
+    for (double density : {0.1, 0.2, 0.3, 0.303}) EXPECT_EQ(skip_profile_extrapolation(profile, tokens, density), "");
+  EXPECT_EQ(skip_profile_extrapolation(profile, 40401, 0.2), "L above the measured 10000-40000 tokens");
+  EXPECT_EQ(skip_profile_extrapolation(profile, 9899, 0.2), "L below the measured 10000-40000 tokens");
+  EXPECT_EQ(skip_profile_extrapolation(profile, 20000, 0.05), "density below the measured 10.0-30.0%");
+  EXPECT_EQ(skip_profile_extrapolation(profile, INT64_MAX, 0.9),
+            "L above the measured 10000-40000 tokens and density above the measured 10.0-30.0%");
+  // The reason of a decision read outside the grid says so: an extrapolated gain is never shown as a measured one.
+  EXPECT_EQ(profile_skip_gain(profile, 80000, 0.2, SkipModel{}).source,
+            "profile of Test GPU at L = 80000 tokens, density 20.0%; extrapolated: L above the measured "
+            "10000-40000 tokens");
+  EXPECT_EQ(profile_skip_gain(profile, 40000, 0.2, SkipModel{}).source,
+            "profile of Test GPU at L = 40000 tokens, density 20.0%");
+}
+
+TEST(BuiltinProfiles, TheH200ProfileIsCompiledInAndParsedOnce) {
+  const std::shared_ptr<const SkipProfile> h200 = builtin_skip_profile(GpuPreset::kH200);
+  ASSERT_TRUE(h200);
+  EXPECT_EQ(h200->device, "NVIDIA H200");
+  EXPECT_EQ(builtin_skip_profile(GpuPreset::kH200).get(), h200.get()) << "every plan shares the parsed profile";
+  EXPECT_EQ(builtin_skip_profile_file(GpuPreset::kH200), "bench/results/h200-skip-profile.json");
+  EXPECT_FALSE(builtin_skip_profile(GpuPreset::kH100));
+  EXPECT_FALSE(builtin_skip_profile(GpuPreset::kA40));
+}
+
+TEST(ProfileChoice, OneRuleForTheCliAndPython) {
+  struct Case {
+    std::string choice;
+    GpuPreset gpu;
+    SkipProfileKind kind;
+    std::string origin;
+  };
+  const std::vector<Case> cases{
+      {"", GpuPreset::kH200, SkipProfileKind::kBuiltin, "built-in bench/results/h200-skip-profile.json"},
+      {"", GpuPreset::kH100, SkipProfileKind::kNone, "none (no built-in profile for h100)"},
+      {"none", GpuPreset::kH200, SkipProfileKind::kNone, "none"},
+      {"h200", GpuPreset::kA40, SkipProfileKind::kBuiltin, "built-in bench/results/h200-skip-profile.json"},
+      {"./h200", GpuPreset::kH200, SkipProfileKind::kFile, "./h200"},
+      {"profiles/h100.json", GpuPreset::kH100, SkipProfileKind::kFile, "profiles/h100.json"},
+  };
+  for (const Case& c : cases) {
+    const SkipProfileChoice choice = skip_profile_choice(c.choice, c.gpu);
+    EXPECT_EQ(choice.kind, c.kind) << "'" << c.choice << "'";
+    EXPECT_EQ(choice.origin, c.origin) << "'" << c.choice << "'";
+    EXPECT_FALSE(choice.profile) << "the rule reads nothing";
+  }
+  EXPECT_EQ(skip_profile_choice("h200", GpuPreset::kA40).preset, GpuPreset::kH200);
+  EXPECT_EQ(choose_skip_profile("", GpuPreset::kH200).profile, builtin_skip_profile(GpuPreset::kH200));
+  EXPECT_EQ(choose_skip_profile("h200", GpuPreset::kH100).profile, builtin_skip_profile(GpuPreset::kH200));
+  EXPECT_FALSE(choose_skip_profile("none", GpuPreset::kH200).profile);
+  try {
+    skip_profile_choice("h100", GpuPreset::kH200);
+    ADD_FAILURE() << "no error for a preset without a built-in profile";
+  } catch (const InvalidArgument& error) {
+    EXPECT_EQ(error.argument(), "profile");
+    EXPECT_NE(std::string(error.what()).find("'h100' has no built-in skip profile (built-in: h200)"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(ProfileChoice, AFileIsLoadedAndItsErrorsNameIt) {
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "wa_test_choice_profile.json";
+  std::ofstream(file) << skip_profile_json(grid_profile());
+  const SkipProfileChoice choice = choose_skip_profile(file.string(), GpuPreset::kH200);
+  ASSERT_TRUE(choice.profile);
+  EXPECT_EQ(choice.profile->device, "Test GPU");
+  std::filesystem::remove(file);
+  try {
+    choose_skip_profile(file.string(), GpuPreset::kH200);
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const InvalidArgument& error) {
+    EXPECT_EQ(error.argument(), file.string());
+  }
+}
+
 TEST(DecideByProfile, MatchesDecideByGainOnTheInterpolatedValues) {
   const SkipProfile profile = grid_profile();
   SkipModel model;

@@ -1525,9 +1525,6 @@ TEST(GpuPlanArguments, ConstructorNamesTheArgument) {
   bad.skip_model.plan_reuse = 0;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "plan_reuse");
   bad = config;
-  bad.skip_model.predict_waves = 0;
-  expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "predict_waves");
-  bad = config;
   bad.tokens = -1;
   expect_invalid([&] { GpuPlanner(1, 10, 10, bad); }, "tokens");
   bad = config;

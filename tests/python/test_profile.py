@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import pathlib
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -131,9 +132,60 @@ def test_other_skip_policies_check_the_profile_but_ignore_it(mask):
             wavealign.plan(mask[:, :8, :8], skip=skip, profile=bad)
 
 
-def test_without_a_profile_the_simulated_gain_decides(mask):
-    plan = wavealign.plan(mask, skip="auto", profile=None)
-    assert all(DEVICE not in reason and "profile" not in reason for reason in plan.reason)
+def test_profile_none_decides_by_the_statistics_alone(mask):
+    # No profile: a head that passes the statistics is reordered, as the GPU planner decides without one; no
+    # simulated gain and no measured plan time enter the decision.
+    plan = wavealign.plan(mask, skip="auto", profile="none")
+    assert plan.skipped == [False] * 4
+    assert all(reason.endswith("decided by the statistics only (no predicted gain)") for reason in plan.reason)
+    assert _profile.resolve("none").core is None and _profile.resolve("none").key == "none"
+
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+H200_FILE = REPOSITORY / "bench" / "results" / "h200-skip-profile.json"
+
+
+def test_the_default_is_the_built_in_profile_of_the_gpu(mask):
+    default = wavealign.plan(mask, skip="auto")
+    named = wavealign.plan(mask, skip="auto", profile="h200")
+    from_file = wavealign.plan(mask, skip="auto", profile=H200_FILE)
+    assert default.skipped == named.skipped == from_file.skipped
+    assert default.reason == named.reason == from_file.reason
+    assert all("profile of NVIDIA H200" in reason for reason in default.reason)
+    built_in = _profile.resolve(None, "h200")
+    assert built_in is _profile.resolve("h200") and built_in.origin == "built-in bench/results/h200-skip-profile.json"
+    assert built_in.key == _profile.resolve(H200_FILE).key  # the package carries the repository's profile
+    # A preset without a built-in profile: no profile by default, an error when asked for by name.
+    assert all("statistics only" in reason for reason in wavealign.plan(mask, skip="auto", gpu="h100").reason)
+    with pytest.raises(ValueError, match=r"^invalid argument 'profile': 'h100' has no built-in skip profile"):
+        wavealign.plan(mask, profile="h100")
+    # Integrations parse their profile before the preset is known: the default waits for plan()'s gpu.
+    assert _profile.resolve(None) is None and _profile.resolve("") is None
+
+
+def test_the_decision_is_the_same_in_every_run(mask):
+    # Neither the default profile nor the statistics read a clock: ten plans, ten identical decisions.
+    for profile in (None, "none"):
+        reasons = {tuple(wavealign.plan(mask, skip="auto", profile=profile).reason) for _ in range(10)}
+        assert len(reasons) == 1, reasons
+
+
+def test_plan_decides_as_the_cli_reorder_does(tmp_path):
+    # The issue's reproduction: `wavealign generate` then `reorder` against wavealign.plan() with default
+    # arguments. Both take the built-in H200 profile: the same heads reordered for the same reasons.
+    cli = os.environ.get("WAVEALIGN_CLI")
+    if not cli or not pathlib.Path(cli).exists():
+        pytest.skip("the wavealign CLI is not built (WAVEALIGN_CLI unset)")
+    mask_file, perm_file = tmp_path / "mask.npy", tmp_path / "p.npy"
+    subprocess.run([cli, "generate", "--frames", "401", "--heads", "4", "--mask", "video", "--density", "0.28",
+                    "--out", str(mask_file)], check=True, capture_output=True, timeout=300)
+    result = subprocess.run([cli, "reorder", "--mask", str(mask_file), "--out", str(perm_file), "--json"],
+                            check=True, capture_output=True, text=True, timeout=300)
+    reordered = json.loads(result.stdout)
+    plan = wavealign.plan(np.load(mask_file))
+    assert plan.skipped == [head["skipped"] for head in reordered["head_plans"]] == [False] * 4
+    assert plan.reason == [head["reason"] for head in reordered["head_plans"]]
+    assert np.array_equal(plan.permutation, np.load(perm_file))
 
 
 def test_flex_mask_reads_the_profile_at_its_query_length(mask):
@@ -174,8 +226,7 @@ def _bad_profiles():
         ("[1, 2]", r"'profile: json'"),
         ({"format": "wavealign-skip-profile"}, r"'profile: version'"),
         ({"bad": {1, 2}}, r"'profile'.*JSON-serializable"),
-        (42, r"'profile': must be a path"),
-        ("", r"'profile': is an empty path"),
+        (42, r"'profile': must be None, 'none', a GPU preset's name, a path, JSON text or a dict"),
     ]
 
 
@@ -289,7 +340,7 @@ def test_gpu_planner_cache_tells_profiles_apart(mask):
     device_mask = torch.from_numpy(mask).cuda()
     costly = wavealign.plan(device_mask, skip="auto", profile=synthetic_profile())
     free = wavealign.plan(device_mask, skip="auto", profile=synthetic_profile(plan_ms=0.0))
-    none = wavealign.plan(device_mask, skip="auto")
+    none = wavealign.plan(device_mask, skip="auto", profile="none")
     again = wavealign.plan(device_mask, skip="auto", profile=synthetic_profile())
     assert costly.skipped == again.skipped == LOW_HEADS
     assert free.skipped == [False] * 4

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <iostream>
 
 namespace wavealign::cli {
 
@@ -60,6 +62,42 @@ CLI::Validator word_or_number(std::vector<std::string> words, Interval interval)
         return problem.empty() ? problem : "must be " + description + ", got '" + text + "'";
       },
       description);
+}
+
+void check_output_is_not_an_input(std::string_view out_flag, const std::string& out, FlagNames inputs) {
+  for (const auto& [flag, input] : inputs) {
+    std::error_code error;
+    if (input.empty() || !std::filesystem::equivalent(out, input, error)) continue;
+    throw InvalidArgument(std::string(out_flag), "names the same file as " + std::string(flag) + " (" +
+                                                     std::string(input) +
+                                                     "): writing it would destroy that input; choose another path");
+  }
+}
+
+std::string size_text(int64_t bytes) {
+  char text[32];
+  if (bytes >= 1'000'000'000)
+    std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  else if (bytes >= 1'000'000)
+    std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
+  else
+    std::snprintf(text, sizeof text, "%lld bytes", static_cast<long long>(bytes));
+  return text;
+}
+
+void check_output_size(std::string_view out_flag, int64_t bytes, const std::string& what, bool allowed) {
+  if (bytes <= kLargeOutputBytes) return;
+  const std::string size = size_text(bytes) + " (" + std::to_string(bytes) + " bytes: " + what + ")";
+  if (!allowed)
+    throw InvalidArgument(std::string(out_flag), "would be " + size + "; outputs over 1 GB (" +
+                                                     std::to_string(kLargeOutputBytes) +
+                                                     " bytes) are written only with --allow-large-output");
+  std::cerr << "wavealign: warning: writing " << size << " (--allow-large-output)" << std::endl;
+}
+
+void add_allow_large_output_flag(CLI::App& command, bool& allowed) {
+  command.add_flag("--allow-large-output", allowed,
+                   "write an output over " + size_text(kLargeOutputBytes) + " (refused without this flag)");
 }
 
 }  // namespace wavealign::cli

@@ -84,6 +84,22 @@ decltype(auto) with_flag_names(FlagNames names, Body&& body) {
   }
 }
 
+/// Throws InvalidArgument naming `out_flag` when `out` is the same file as one of `inputs` (flag, path; an empty
+/// path is not given): writing it would destroy an input the command reads. Checked before anything is written.
+void check_output_is_not_an_input(std::string_view out_flag, const std::string& out, FlagNames inputs);
+
+/// Outputs above this size need --allow-large-output: 1 GB, decimal, as the sizes are printed.
+constexpr int64_t kLargeOutputBytes = 1'000'000'000;
+
+/// The size check of an output file before it is built: over kLargeOutputBytes, InvalidArgument naming
+/// `out_flag` with the size and `what` (e.g. "bool [40, 11364, 11364]") unless `allowed`, then a warning on
+/// stderr. "19.6 GB" style text of a byte count: size_text.
+void check_output_size(std::string_view out_flag, int64_t bytes, const std::string& what, bool allowed);
+std::string size_text(int64_t bytes);
+
+/// --allow-large-output, the confirmation of check_output_size.
+void add_allow_large_output_flag(CLI::App& command, bool& allowed);
+
 /// from_string<E>(value), its error naming `flag` instead of the enum's kind ("--orders" rather than "order").
 template <class E>
 E enum_flag(std::string_view flag, std::string_view value) {

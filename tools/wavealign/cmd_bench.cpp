@@ -24,6 +24,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "progress.h"
 #include "wavealign/error.h"
 #include "wavealign/gpu.h"
 #include "wavealign/io.h"
@@ -48,6 +49,8 @@ struct BenchOptions {
   int wave_size = 0;
   int iterations = 10;
   double plan_reuse = 1;
+  std::string plan_cost = "gpu";
+  std::string profile;  // empty: the built-in profile of --gpu
   int head_dim = 128;
   double warmup_ms = 2000;
   int iters = 5;
@@ -106,12 +109,22 @@ std::string workload_flags(const BenchOptions& options) {
         << quoted(w.mask) << " --density " << w.density << " --seed " << w.seed << " --gpu " << quoted(options.gpu);
   if (w.block != 0) flags << " --block " << w.block;
   flags << " --wave-size " << options.wave_size << " --iterations " << options.iterations << " --plan-reuse "
-        << options.plan_reuse;
+        << options.plan_reuse << " --plan-cost " << quoted(options.plan_cost);
+  if (!options.profile.empty()) flags << " --profile " << quoted(options.profile);
   return flags.str();
 }
 
+// The orders simulate recommends from, and --order when it is another: the recommendation is simulate's own
+// whichever order is timed.
+std::string simulated_orders(const BenchOptions& options) {
+  const std::string recommended_from = "original,s1,s2,wavealign";
+  if (options.order.empty() || ("," + recommended_from + ",").find("," + options.order + ",") != std::string::npos)
+    return recommended_from;
+  return recommended_from + "," + options.order;
+}
+
 Prediction predict(const BenchOptions& options) {
-  const std::string orders = options.order.empty() ? "original,s1,s2,wavealign" : "original," + options.order;
+  const std::string orders = simulated_orders(options);
   const auto [status, output] =
       run_command(quoted(own_executable().string()) + " simulate" + workload_flags(options) + " --orders " +
                   quoted(orders) + " --json");
@@ -131,13 +144,21 @@ void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// The local GPU, or why there is none.
+// The local GPU, or why there is none. Without a GPU the runtime reports cudaErrorInsufficientDriver when no
+// NVIDIA driver is loaded at all, whose text ("CUDA driver version is insufficient") reads as "upgrade the
+// driver": the line says first that no GPU was found, then what the runtime said.
 std::optional<cudaDeviceProp> local_gpu(std::string* reason) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaErrorInsufficientDriver) {
+    *reason = "no CUDA GPU found (cudaErrorInsufficientDriver: no NVIDIA driver is loaded, or it is older than this "
+              "build's CUDA runtime)";
+    return std::nullopt;
+  }
   if (status != cudaSuccess || count == 0) {
-    *reason = status != cudaSuccess ? std::string("no CUDA device (the CUDA runtime: ") + cudaGetErrorString(status) + ")"
-                                    : "no CUDA device";
+    *reason = status != cudaSuccess ? std::string("no CUDA GPU found (") + cudaGetErrorName(status) + ": " +
+                                          cudaGetErrorString(status) + ")"
+                                    : "no CUDA GPU found (the driver lists none)";
     return std::nullopt;
   }
   cudaDeviceProp properties{};
@@ -304,7 +325,11 @@ int run_bench(const BenchOptions& options) {
                options.head_dim);
   if (!options.order.empty()) enum_flag<Order>("--order", options.order);
   const GpuModel gpu = gpu_model(enum_flag<GpuPreset>("--gpu", options.gpu));
+  profile_option(options.profile, gpu.preset);  // a bad --profile is named here, not by the simulate it runs
+  Progress progress;
+  progress.stage("building the workload");
   const Workload workload = make_workload(options.workload, gpu.default_block);
+  progress.stage("predicting with wavealign simulate");
   const Prediction prediction = predict(options);
   const std::string order = prediction.recommended;
 
@@ -335,6 +360,7 @@ int run_bench(const BenchOptions& options) {
       orders[1].second = plan.permutations();
       schedules.push_back(make_schedule(plan, HeadOrder::kSequential));
     }
+    progress.stage("timing the fused kernel in " + std::to_string(schedules.size()) + " order(s)");
     measured = time_kernel(options, workload, schedules);
   }
 #else
@@ -353,8 +379,10 @@ int run_bench(const BenchOptions& options) {
   } else if (options.peers == "none") {
     peer_note = "FlashAttention-4 / FlexAttention: not run (--peers none)";
   } else {
+    progress.stage("timing FlashAttention-4 and FlexAttention (python3 -m wavealign.bench)");
     peers = run_peers(options, workload, orders, &peer_note);
   }
+  progress.finish();
   for (const nlohmann::json& peer : peers)
     if (peer.contains("impl") && peer.contains("ms"))
       rows.push_back({peer["impl"], peer["order"], peer["ms"].get<double>(), peer["tflops"].get<double>(), -1});
@@ -410,8 +438,8 @@ int run_bench(const BenchOptions& options) {
                 options.head_dim, options.l2.c_str(), options.warmup_ms, options.iters);
   std::printf("order: %s (%s)\n\n", order.c_str(),
               options.order.empty() ? "recommended by wavealign simulate" : "--order");
-  std::printf("%-20s %-10s %10s %8s %12s %14s %16s\n", "impl", "order", "ms", "TF/s", "vs original", "predicted ms",
-              "predicted speedup");
+  std::printf("%-20s %-10s %10s %8s %12s %14s %16s\n", "impl", "order", "ms", "TF/s", "vs original", "simulated ms",
+              "sim. speedup");
   for (const Row& row : rows) {
     const double base = original_ms(row);
     std::printf("%-20s %-10s %10s %8s %12s %14s %16s\n", row.impl.c_str(), row.order.c_str(),
@@ -427,7 +455,8 @@ int run_bench(const BenchOptions& options) {
                                               peer.value("reason", "").c_str());
   if (!peer_note.empty()) std::printf("%s\n", peer_note.c_str());
   std::printf("\nms: the median kernel time measured with CUDA events; TF/s: 4 x %d x %d x head_dim x nnz blocks / "
-              "time; predicted: the simulator's kernel time on the --gpu model (wavealign simulate)\n",
+              "time; simulated ms, sim. speedup: the simulator's kernel time on the --gpu model with every head in "
+              "the row's order (pred. ms of wavealign simulate) and the original order's over it\n",
               workload.block, workload.block);
   std::printf("%s\n", prediction.simulation["recommendation"].value("text", "").c_str());
   return 0;
@@ -447,6 +476,12 @@ Runner add_bench(CLI::App& app) {
   add_wave_size_option(*command, options->wave_size);
   add_iterations_option(*command, options->iterations);
   add_plan_reuse_option(*command, options->plan_reuse, "attention calls that share one plan (the recommendation)");
+  command->add_option("--plan-cost", options->plan_cost,
+                      "plan cost of the recommendation, as in simulate: gpu, cpu or a time in ms per head")
+      ->capture_default_str()
+      ->check(word_or_number({"gpu", "cpu"}, {0, std::numeric_limits<double>::infinity()}));
+  add_profile_option(*command, options->profile,
+                     "skip profile of the recommendation, as in simulate (default: the built-in profile of --gpu)");
   command->add_option("--head-dim", options->head_dim, "head dimension of the random Q, K, V: 64 or 128")
       ->capture_default_str()
       ->check(integer_in(1));

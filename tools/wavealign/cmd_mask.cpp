@@ -4,13 +4,17 @@
 // a device is present (Q/K rounded to --dtype first), else the fp64 CPU reference (small sequences).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "checks.h"
 #include "commands.h"
+#include "progress.h"
 #include "wavealign/error.h"
 #include "wavealign/io.h"
 #include "wavealign/methods.h"
@@ -31,6 +35,7 @@ struct MaskCommandOptions {
   std::string device = "auto";
   std::string dtype = "bf16";
   bool json = false;
+  bool allow_large_output = false;
   MethodConfig config;
   std::string native_block = "64x128";
   bool reference_padding = false, no_first_kblock = false, no_smooth_k = false, one_sided = false;
@@ -83,9 +88,16 @@ struct Inputs {
   nlohmann::json description;
 };
 
-// float32 or bf16 bit patterns (uint16), [H, L, d] or [L, d], as float32 [H, L, d].
+// float32 or bf16 bit patterns (uint16), [H, L, d] or [L, d], as float32 [H, L, d]. Errors name the flag, the
+// file in the message.
 std::vector<float> read_tensor(const std::string& path, const char* flag, std::vector<int64_t>& shape) {
-  const NpyArray array = read_npy(path);
+  WA_CHECK_ARG(std::filesystem::is_regular_file(path), flag, "is not a readable file: ", path);
+  NpyArray array;
+  try {
+    array = read_npy(path);
+  } catch (const InvalidArgument& error) {  // read_npy names the file as the argument
+    throw InvalidArgument(flag, path + ": " + message_of(error));
+  }
   WA_CHECK_ARG(array.shape.size() == 2 || array.shape.size() == 3, flag, "must be [H, L, d] or [L, d], got ",
                array.shape.size(), " dimensions");
   shape = array.shape;
@@ -148,16 +160,16 @@ BlockShape parse_block_shape(const std::string& text) {
   }
 }
 
-// The library names options as the Python keywords do ("vertical_size"); the CLI spells them as flags.
+// The library names options as the Python keywords do ("vertical_size"); the CLI spells them as flags. Anything
+// else (a flag already, a file name) is kept as it is.
 InvalidArgument as_flag(const InvalidArgument& error) {
-  const std::string prefix = "invalid argument '" + error.argument() + "': ";
-  std::string message = error.what();
-  if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
   std::string flag = error.argument();
-  if (flag.rfind("--", 0) == 0) return error;
-  for (char& c : flag)
-    if (c == '_') c = '-';
-  return InvalidArgument("--" + flag, message);
+  const bool keyword = !flag.empty() && std::all_of(flag.begin(), flag.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (!keyword) return error;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return InvalidArgument("--" + flag, message_of(error));
 }
 
 int generate(MaskCommandOptions options) {
@@ -182,7 +194,16 @@ int generate(MaskCommandOptions options) {
                "must be auto, cpu or gpu, got ", options.device);
   [[maybe_unused]] const auto element_type = from_string<cuda::ElementType>(options.dtype);
 
+  check_output_is_not_an_input("--out", options.out, {{"--q", options.q}, {"--k", options.k}});
+  Progress progress;
+  progress.stage(options.q.empty() ? "generating the synthetic Q and K" : "reading " + options.q + " and " + options.k);
   const Inputs inputs = load_inputs(options);
+  // A --block the method refuses is reported by the method below; the size is checked for a valid one.
+  const int output_blocks = config.block > 0 ? blocks_for(inputs.tokens, config.block) : 0;
+  check_output_size("--out", int64_t(inputs.heads) * output_blocks * output_blocks,
+                    "bool [" + std::to_string(inputs.heads) + ", " + std::to_string(output_blocks) + ", " +
+                        std::to_string(output_blocks) + "]",
+                    options.allow_large_output);
   const HostQk qk{inputs.q, inputs.k, inputs.heads, inputs.tokens, inputs.head_dim};
   bool on_gpu = false;
 #if defined(WAVEALIGN_HAS_CUDA)
@@ -190,6 +211,8 @@ int generate(MaskCommandOptions options) {
 #endif
   WA_CHECK_ARG(!(options.device == "gpu" && !on_gpu), "--device",
                "gpu needs the CUDA library (this build has none)");
+  progress.stage("computing the " + options.method + " mask of " + std::to_string(inputs.heads) + " head(s), " +
+                 std::to_string(inputs.tokens) + " tokens" + (on_gpu ? " on the GPU" : " (fp64 reference on the CPU)"));
   const auto start = std::chrono::steady_clock::now();
 #if defined(WAVEALIGN_HAS_CUDA)
   const BlockMask mask = on_gpu ? cuda::generate_mask(config, qk, element_type) : reference_mask(config, qk);
@@ -197,7 +220,9 @@ int generate(MaskCommandOptions options) {
   const BlockMask mask = reference_mask(config, qk);
 #endif
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.stage("writing " + options.out);
   write_npy(options.out, mask_to_npy(mask));
+  progress.finish();
 
   std::vector<double> densities;
   for (int h = 0; h < mask.heads(); ++h) {
@@ -261,6 +286,7 @@ Runner add_mask(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--dtype", options->dtype, "GPU input precision: bf16 or fp16")->capture_default_str();
   command->add_flag("--json", options->json, "print a JSON summary");
+  add_allow_large_output_flag(*command, options->allow_large_output);
   command->add_option("--preset", options->preset,
                       "default, or table1: options calibrated to the paper's Table I densities on the synthetic "
                       "workload at 401 frames (given flags win)")

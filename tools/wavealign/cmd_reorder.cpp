@@ -3,9 +3,9 @@
 
 #include <iostream>
 
-#include "builtin_profiles.h"
 #include "checks.h"
 #include "commands.h"
+#include "progress.h"
 #include "wavealign/io.h"
 #include "wavealign/plan.h"
 #include "workload_options.h"
@@ -32,6 +32,9 @@ struct ReorderOptions {
 };
 
 int run_reorder(const ReorderOptions& options) {
+  check_output_is_not_an_input("--out", options.out, {{"--mask", options.mask}});
+  Progress progress;
+  progress.stage("reading " + options.mask);
   const BlockMask mask = load_mask_file(options.mask);
   PlanConfig config;
   config.order = enum_flag<Order>("--order", options.order);
@@ -44,10 +47,14 @@ int run_reorder(const ReorderOptions& options) {
   config.skip_model.plan_reuse = options.plan_reuse;
   config.skip_model.kv_block = options.block;
   config.tokens = options.tokens;
-  const ProfileChoice profile = choose_profile(options.profile, config.gpu);
+  const SkipProfileChoice profile = profile_option(options.profile, config.gpu);
   config.profile = profile.profile;
+  progress.stage("planning " + std::to_string(mask.heads()) + " head(s) of " + std::to_string(mask.q_blocks()) +
+                 " query blocks");
   const Plan plan = make_plan(mask, config);
+  progress.stage("writing " + options.out);
   write_npy(options.out, permutations_to_npy(plan.permutations(), plan.heads, plan.q_blocks));
+  progress.finish();
 
   if (options.json) {
     nlohmann::json heads = nlohmann::json::array();
@@ -107,9 +114,9 @@ Runner add_reorder(CLI::App& app) {
   command->add_option("--skip", options->skip,
                       "skip policy: auto (keep the original order where reordering cannot pay), never or always")
       ->capture_default_str();
-  command->add_option("--profile", options->profile,
-                      "skip profile JSON that --skip auto decides with (default: the built-in profile of --gpu; "
-                      "none: the simulated gain against this CPU's plan time)");
+  add_profile_option(*command, options->profile,
+                     "skip profile that --skip auto decides with: a profile JSON file, a GPU preset's built-in "
+                     "profile (h200), or none (the mask statistics alone); default: the built-in profile of --gpu");
   add_plan_reuse_option(*command, options->plan_reuse, "attention calls that share one plan (--skip auto)");
   command->add_option("--tokens", options->tokens,
                       "sequence length the profile is read at (default: query blocks x --block)")

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <limits>
 
-#include "builtin_profiles.h"
 #include "checks.h"
 #include "commands.h"
 #include "progress.h"
@@ -39,6 +38,12 @@ struct SimulateOptions {
   bool json = false;
 };
 
+std::string number_text(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
 // Where the plan cost charged per head comes from.
 enum class PlanCostSource {
   kProfile,  // the GPU planner's time from the target GPU's skip profile (the default)
@@ -48,23 +53,28 @@ enum class PlanCostSource {
 
 struct PlanCost {
   PlanCostSource source = PlanCostSource::kProfile;
-  ProfileChoice profile;  // with a profile, the gain is its measured one (as in the planners), else simulated
+  SkipProfileChoice profile;  // with a profile, its gain decides (as in the planners); without, the statistics
   double fixed_ms = 0;
-  std::string gain_description;  // where the gain comes from, for the output
+  std::string gain_description;  // what the decision compares, for the output
   std::string cost_description;  // what is charged as the plan cost and from where
 };
 
 PlanCost choose_plan_cost(const SimulateOptions& options, GpuPreset gpu) {
   PlanCost cost;
-  cost.profile = choose_profile(options.profile, gpu);
+  cost.profile = profile_option(options.profile, gpu);
+  const std::string reuse = number_text("%g", options.plan_reuse);
   if (cost.profile.profile) {
     const SkipProfile& profile = *cost.profile.profile;
-    cost.gain_description = "the WaveAlign order's kernel gain measured on " + profile.device + " for " +
-                            profile.mask + " masks (the skip profile, " + profile.date + ")";
+    cost.gain_description = "the mask statistics, then the profile gain x " + reuse +
+                            " reuse against the plan cost. The profile gain is the wavealign order's kernel gain "
+                            "measured on " + profile.device + " for " + profile.mask + " masks (the skip profile, " +
+                            profile.date + ") at the head's L and density; the planners compare it for whichever "
+                            "order is asked, so a row's decision does not follow from its pred. ms";
   } else {
-    cost.gain_description = "the simulated kernel gain of each head alone (" +
-                            (options.profile == "none" ? std::string("--profile none")
-                                                       : "no skip profile for " + std::string(to_string(gpu))) +
+    cost.gain_description = "the mask statistics alone, as the planners decide without a skip profile (" +
+                            (cost.profile.kind == SkipProfileKind::kNone && !options.profile.empty()
+                                 ? std::string("--profile none")
+                                 : "no skip profile for " + std::string(to_string(gpu))) +
                             ")";
   }
   if (options.plan_cost == "cpu") {
@@ -79,7 +89,7 @@ PlanCost choose_plan_cost(const SimulateOptions& options, GpuPreset gpu) {
                             cost.profile.origin + ")";
   } else {
     // Without a profile the CPU plan's time is the only measured cost. It overstates the GPU planner's (the H200
-    // plans a 2-head 147,600-token layer in 0.25 ms, this CPU in several ms), so the decision leans toward
+    // plans a 2-head 147,600-token layer in 0.25 ms, this CPU in several ms), so the recommendation leans toward
     // keeping the original order.
     cost.source = PlanCostSource::kCpu;
     cost.cost_description = "this machine's CPU plan time, as no profile gives the GPU's (--profile FILE or "
@@ -88,51 +98,28 @@ PlanCost choose_plan_cost(const SimulateOptions& options, GpuPreset gpu) {
   return cost;
 }
 
-// The gain and plan cost of one head planned in `plan`'s order: the profile's gain at the head's density (the
-// planners' decide_skip input) or the head's simulated gain, against the chosen plan cost.
-SkipGain head_gain(const PlanCost& cost, const HeadPlan& head_plan, int64_t tokens, const SkipModel& model,
-                   double simulated_gain_ms) {
+// The plan cost charged for one head of `plan`'s order, and with a profile the gain it is compared with: the
+// profile's at the head's density (the planners' decide_skip input).
+SkipGain head_gain(const PlanCost& cost, const HeadPlan& head_plan, int64_t tokens, const SkipModel& model) {
   SkipModel charged = model;
   charged.plan_cost_ms = cost.source == PlanCostSource::kFixed ? cost.fixed_ms
                          : cost.source == PlanCostSource::kCpu ? head_plan.plan_ms
                                                                : -1;
-  if (cost.profile.profile) {
-    SkipGain gain = profile_skip_gain(*cost.profile.profile, tokens, head_plan.stats.density, charged);
-    if (cost.source == PlanCostSource::kCpu) gain.source += "; plan cost: this machine's CPU plan";
+  if (!cost.profile.profile) {
+    SkipGain gain;
+    gain.gain_ms = std::numeric_limits<double>::quiet_NaN();
+    gain.plan_cost_ms = charged.plan_cost_ms;
     return gain;
   }
-  SkipGain gain;
-  gain.gain_ms = simulated_gain_ms;
-  gain.plan_cost_ms = charged.plan_cost_ms;
-  gain.source = cost.source == PlanCostSource::kCpu ? "simulated gain; plan cost: this machine's CPU plan"
-                                                    : "simulated gain; plan cost: --plan-cost";
+  SkipGain gain = profile_skip_gain(*cost.profile.profile, tokens, head_plan.stats.density, charged);
+  if (cost.source == PlanCostSource::kCpu) gain.source += "; plan cost: this machine's CPU plan";
   return gain;
-}
-
-// One head of `csr` as a single-head mask, and a single-head schedule of its rows in `permutation` order.
-CsrMask head_csr(const CsrMask& csr, int head) {
-  CsrMask one;
-  one.heads = 1;
-  one.q_blocks = csr.q_blocks;
-  one.kv_blocks = csr.kv_blocks;
-  const int64_t first_row = int64_t(head) * csr.q_blocks;
-  const int64_t first = csr.row_ptr[first_row];
-  one.row_ptr.resize(size_t(csr.q_blocks) + 1);
-  for (int r = 0; r <= csr.q_blocks; ++r) one.row_ptr[r] = csr.row_ptr[first_row + r] - first;
-  one.col_idx.assign(csr.col_idx.begin() + first, csr.col_idx.begin() + csr.row_ptr[first_row + csr.q_blocks]);
-  return one;
-}
-
-Schedule head_schedule(std::span<const int32_t> permutation) {
-  Schedule schedule = original_schedule(1, int(permutation.size()), HeadOrder::kSequential);
-  for (size_t p = 0; p < permutation.size(); ++p) schedule.items[p].q_block = permutation[p];
-  return schedule;
 }
 
 struct HeadDecision {
   double density = 0;  // the head's kept fraction of blocks: where the profile is read
   SkipDecision decision;
-  SkipGain gain;
+  SkipGain gain;                   // the profile's gain (NaN without a profile) and the charged plan cost
   double profile_original_ms = 0;  // the profile's kernel time of the head in the original order (with a profile)
   std::string short_reason;        // the table's text: the gain comparison alone when the statistics passed
 };
@@ -146,11 +133,19 @@ struct OrderResult {
   std::vector<HeadDecision> heads;
   int reordered_heads = 0;
   // What the adaptive skip runs (skipped heads keep the original order), in the simulator.
+  SimResult adaptive_sim;
   double adaptive_ms = 0;
-  double adaptive_plan_ms = 0;  // plan cost of the reordered heads
-  double speedup = 1;           // original_ms / adaptive_ms
+  double adaptive_plan_ms = 0;   // plan cost of the reordered heads
+  double speedup = 1;            // original_ms / adaptive_ms
   double speedup_with_plan = 1;  // original_ms / (adaptive_ms + adaptive_plan_ms / plan_reuse)
   std::string summary;
+
+  // Some heads reordered and some not: the adaptive plan is neither this row nor the original order, and the
+  // table shows it as a row of its own.
+  bool partly_reordered() const {
+    return order != Order::kOriginal && reordered_heads > 0 && reordered_heads < int(heads.size());
+  }
+  std::string adaptive_row_name() const { return std::string(to_string(order)) + " auto"; }
 };
 
 std::string layer_summary(const OrderResult& result) {
@@ -168,17 +163,13 @@ std::string layer_summary(const OrderResult& result) {
          std::to_string(skipped) + " skips: " + result.heads[skipped].short_reason;
 }
 
-std::string number_text(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, pattern, value);
-  return text;
-}
-
 struct Recommendation {
   const OrderResult* best = nullptr;  // null: keep the original order
-  std::string source;                 // "profile" or "simulator": where the quoted speedups come from
+  std::string source;                 // "profile" or "simulator": where the headline speedups come from
   double speedup = 1;                 // kernel time, original order over the recommended one
   double speedup_with_plan = 1;       // the same with the plan cost / plan_reuse added to the recommended one
+  double profile_original_ms = 0;     // with a profile: its kernel time of the layer in the original order
+  double profile_ms = 0;              // and in the recommended order where --skip auto reorders
   std::string command;
   std::string text;
 };
@@ -197,27 +188,36 @@ std::string reorder_command(const SimulateOptions& options, const Workload& work
   return command + " --out perm.npy";
 }
 
+// The table row whose pred. ms and plan ms a recommended order runs: the adaptive row when only some heads are
+// reordered, else the order's own row.
+std::string row_name(const OrderResult& result) {
+  return result.partly_reordered() ? "'" + result.adaptive_row_name() + "'" : std::string(to_string(result.order));
+}
+
 // With a profile, WaveAlign is the order it measured: recommended when the adaptive skip reorders a head, with
 // the profile's kernel times. Without one, the order with the best simulated time including its plan among
-// those the adaptive skip applies to a head. The original order when nothing pays.
+// those the adaptive skip applies to a head. The original order when nothing pays. Every number the text quotes
+// is a table row's or the profile line's.
 Recommendation recommend(const std::vector<OrderResult>& results, double original_ms, const SimulateOptions& options,
                          const Workload& workload, const PlanCost& cost) {
   Recommendation recommendation;
   const std::string reuse = number_text("%g", options.plan_reuse);
   const bool file = workload.description.value("mask", "") == "file";
-  if (cost.profile.profile) {
+  const SkipProfile* profile = cost.profile.profile.get();
+  if (profile) {
     recommendation.source = "profile";
     for (const OrderResult& result : results)
       if (result.order == Order::kWaveAlign && result.reordered_heads > 0) recommendation.best = &result;
     if (recommendation.best) {
-      double original = 0, reordered = 0, plan = 0;
+      double plan = 0;
       for (const HeadDecision& head : recommendation.best->heads) {
-        original += head.profile_original_ms;
-        reordered += head.profile_original_ms - (head.decision.skipped ? 0.0 : head.gain.gain_ms);
+        recommendation.profile_original_ms += head.profile_original_ms;
+        recommendation.profile_ms += head.profile_original_ms - (head.decision.skipped ? 0.0 : head.gain.gain_ms);
         if (!head.decision.skipped) plan += head.gain.plan_cost_ms;
       }
-      recommendation.speedup = original / reordered;
-      recommendation.speedup_with_plan = original / (reordered + plan / options.plan_reuse);
+      recommendation.speedup = recommendation.profile_original_ms / recommendation.profile_ms;
+      recommendation.speedup_with_plan =
+          recommendation.profile_original_ms / (recommendation.profile_ms + plan / options.plan_reuse);
     }
   } else {
     recommendation.source = "simulator";
@@ -235,27 +235,34 @@ Recommendation recommend(const std::vector<OrderResult>& results, double origina
   if (best) {
     recommendation.command = reorder_command(options, workload, best->order);
     const int heads = int(best->heads.size());
-    std::string basis = cost.profile.profile ? "measured on " + cost.profile.profile->device + " for " +
-                                                   cost.profile.profile->mask + " masks; simulated " +
-                                                   number_text("%.3fx", best->speedup) + " kernel"
-                                             : std::string("simulated");
-    if (best->reordered_heads < heads)
-      basis += ", " + std::to_string(best->reordered_heads) + " of " + std::to_string(heads) + " heads reordered";
-    recommendation.text = "recommendation: --order " + std::string(to_string(best->order)) +
-                          ", predicted speedup over the original order " +
-                          number_text("%.3fx", recommendation.speedup) + " (kernel) and " +
-                          number_text("%.3fx", recommendation.speedup_with_plan) + " including its " +
-                          number_text("%.3f", best->adaptive_plan_ms) + " ms plan at " + reuse + " reuse (" + basis +
-                          ")" + (file ? "; run: " : "; on your mask: ") + recommendation.command;
+    const std::string reordered = best->reordered_heads < heads ? " (" + std::to_string(best->reordered_heads) +
+                                                                      " of " + std::to_string(heads) +
+                                                                      " heads reordered)"
+                                                                : std::string();
+    const std::string plan = " with its " + number_text("%.3f", best->adaptive_plan_ms) + " ms plan at " + reuse +
+                             " reuse";
+    const std::string rows = "rows original and " + row_name(*best);
+    recommendation.text = "recommendation: --order " + std::string(to_string(best->order)) + reordered +
+                          ": predicted speedup over the original order ";
+    if (profile)
+      recommendation.text += number_text("%.3fx", recommendation.speedup) + " (kernel) and " +
+                             number_text("%.3fx", recommendation.speedup_with_plan) + plan + " by the skip profile (" +
+                             profile->device + ", " + profile->mask + " masks: the profile line); the simulator's: " +
+                             number_text("%.3fx", best->speedup) + " and " +
+                             number_text("%.3fx", best->speedup_with_plan) + " (" + rows + ")";
+    else
+      recommendation.text += number_text("%.3fx", best->speedup) + " (kernel) and " +
+                             number_text("%.3fx", best->speedup_with_plan) + plan + " by the simulator (" + rows + ")";
+    recommendation.text += (file ? "; run: " : "; on your mask: ") + recommendation.command;
     return recommendation;
   }
   recommendation.command = "wavealign simulate --mask " + (file ? options.workload.mask : std::string("MASK.npy"));
   std::string why = "the adaptive skip keeps the original order for every head at " + reuse + " reuse";
-  if (cost.profile.profile &&
+  if (profile &&
       std::none_of(results.begin(), results.end(), [](const OrderResult& r) { return r.order == Order::kWaveAlign; }))
     why = "the skip profile measures the wavealign order, which --orders leaves out";
-  else if (!cost.profile.profile)
-    why = "no order's simulated gain pays for its plan at " + reuse + " reuse";
+  else if (!profile)
+    why = "no reordering's simulated time with its plan beats the original order at " + reuse + " reuse";
   const OrderResult* fastest = nullptr;
   for (const OrderResult& result : results)
     if (result.order != Order::kOriginal && (!fastest || result.predicted_ms < fastest->predicted_ms))
@@ -272,13 +279,31 @@ Recommendation recommend(const std::vector<OrderResult>& results, double origina
 
 nlohmann::json number_or_null(double value) { return std::isnan(value) ? nlohmann::json() : nlohmann::json(value); }
 
+// The simulator's numbers of one schedule as a JSON object (the rows and the adaptive plan).
+nlohmann::json sim_json(const SimResult& sim) {
+  int64_t union_sum = 0;
+  for (int64_t u : sim.wave_kv_union) union_sum += u;
+  return {{"l2_hit_ratio", sim.l2_hit_ratio},
+          {"kv_hit_ratio", sim.kv_hit_ratio},
+          {"hbm_read_bytes", sim.hbm_read_bytes},
+          {"hbm_write_bytes", sim.hbm_write_bytes},
+          {"mean_wave_kv_union", sim.wave_kv_union.empty() ? 0.0 : double(union_sum) / sim.wave_kv_union.size()}};
+}
+
+void print_row(const std::string& name, const SimResult& sim, double predicted_ms, double plan_ms,
+               const std::string& decision) {
+  std::printf("%-15s %7.1f%% %12.2f %10.3f %10.3f  %s\n", name.c_str(), 100 * sim.l2_hit_ratio, sim.hbm_read_bytes / 1e9,
+              predicted_ms, plan_ms, decision.c_str());
+}
+
 int run_simulate(const SimulateOptions& options) {
   Progress progress;
-  progress.update("building the workload");
+  progress.stage("building the workload");
   const GpuModel gpu = gpu_model(enum_flag<GpuPreset>("--gpu", options.gpu));
   const Workload workload = make_workload(options.workload, gpu.default_block);
   const std::vector<Order> orders = parse_enum_list<Order>("--orders", options.orders);
   const PlanCost cost = choose_plan_cost(options, gpu.preset);
+  const SkipProfile* profile = cost.profile.profile.get();
 
   SimConfig sim_config;
   sim_config.gpu = gpu;
@@ -298,26 +323,15 @@ int run_simulate(const SimulateOptions& options) {
   const BlockMask& mask = workload.mask;
   const int heads = mask.heads();
   const CsrMask csr = mask.to_csr();
+  progress.stage("simulating the original order");
   const SimResult original = simulate(csr, original_schedule(heads, mask.q_blocks(), head_order), sim_config);
   const double original_ms = predicted_kernel_ms(original, gpu, skip_model);
-  // Without a profile each head's own simulated gain decides it: every head alone in the original order,
-  // simulated once for all orders (one head: the layer's own numbers).
-  const bool simulated_gain = !cost.profile.profile;
-  std::vector<CsrMask> head_masks;
-  std::vector<double> head_original_ms;
-  if (simulated_gain && heads > 1)
-    for (int h = 0; h < heads; ++h) {
-      head_masks.push_back(head_csr(csr, h));
-      head_original_ms.push_back(predicted_kernel_ms(
-          simulate(head_masks.back(), original_schedule(1, mask.q_blocks(), HeadOrder::kSequential), sim_config), gpu,
-          skip_model));
-    }
 
   std::vector<OrderResult> results;
   for (size_t k = 0; k < orders.size(); ++k) {
     const Order order = orders[k];
-    progress.update("order " + std::string(to_string(order)) + " (" + std::to_string(k + 1) + "/" +
-                    std::to_string(orders.size()) + ")");
+    progress.stage("planning and simulating order " + std::string(to_string(order)) + " (" + std::to_string(k + 1) +
+                   "/" + std::to_string(orders.size()) + ")");
     PlanConfig plan_config;
     plan_config.order = order;
     plan_config.gpu = gpu.preset;
@@ -336,24 +350,25 @@ int run_simulate(const SimulateOptions& options) {
     Plan adaptive = plan;  // what --skip auto runs: skipped heads in the original order
     for (int h = 0; h < heads; ++h) {
       const HeadPlan& head_plan = plan.head_plans[h];
-      double simulated_ms = 0;
-      if (simulated_gain && heads == 1) {
-        simulated_ms = original_ms - result.predicted_ms;
-      } else if (simulated_gain) {
-        const SimResult alone = simulate(head_masks[h], head_schedule(head_plan.permutation), sim_config);
-        simulated_ms = head_original_ms[h] - predicted_kernel_ms(alone, gpu, skip_model);
-      }
       HeadDecision head;
       head.density = head_plan.stats.density;
-      head.gain = head_gain(cost, head_plan, workload.tokens, skip_model, simulated_ms);
-      if (cost.profile.profile)
-        head.profile_original_ms =
-            profile_original_ms(*cost.profile.profile, workload.tokens, head_plan.stats.density, 1);
-      head.decision = decide_skip(SkipPolicy::kAuto, order, &head_plan.stats, skip_model, &head.gain);
-      const bool by_gain = head.decision.code == SkipReason::kNone || head.decision.code == SkipReason::kNoGain;
-      head.short_reason = skip_reason_text(head.decision.code, SkipPolicy::kAuto, order,
-                                           by_gain ? nullptr : &head_plan.stats, skip_model,
-                                           by_gain && order != Order::kOriginal ? &head.gain : nullptr);
+      head.gain = head_gain(cost, head_plan, workload.tokens, skip_model);
+      if (profile) head.profile_original_ms = profile_original_ms(*profile, workload.tokens, head.density, 1);
+      // The planners' decision (decide_skip): the statistics, then with a profile its gain against the plan cost.
+      const SkipGain* compared = profile ? &head.gain : nullptr;
+      head.decision = decide_skip(SkipPolicy::kAuto, order, &head_plan.stats, skip_model, compared);
+      const bool by_gain = compared && (head.decision.code == SkipReason::kNone ||
+                                        head.decision.code == SkipReason::kNoGain);
+      if (order == Order::kOriginal)
+        head.short_reason = head.decision.reason;
+      else if (by_gain)  // the compared numbers alone, named for what they are: the profile's, not the row's
+        head.short_reason = number_text("profile gain %.3f ms", head.gain.gain_ms) + " x " +
+                            number_text("%g", options.plan_reuse) + " reuse " +
+                            (head.decision.skipped ? "<=" : ">") + number_text(" plan cost %.3f ms", head.gain.plan_cost_ms);
+      else if (head.decision.code == SkipReason::kNone)
+        head.short_reason = "passes the mask statistics (no profile: no gain compared)";
+      else
+        head.short_reason = head.decision.reason;
       if (order != Order::kOriginal) {
         result.plan_cost_ms += head.gain.plan_cost_ms;
         if (!head.decision.skipped) {
@@ -368,18 +383,19 @@ int run_simulate(const SimulateOptions& options) {
       result.heads.push_back(std::move(head));
     }
     if (order == Order::kOriginal || result.reordered_heads == 0)
-      result.adaptive_ms = original_ms;
+      result.adaptive_sim = original;
     else if (result.reordered_heads == heads)
-      result.adaptive_ms = result.predicted_ms;
+      result.adaptive_sim = result.sim;
     else  // some heads keep the original order: replay what the adaptive plan runs
-      result.adaptive_ms =
-          predicted_kernel_ms(simulate(csr, make_schedule(adaptive, head_order), sim_config), gpu, skip_model);
+      result.adaptive_sim = simulate(csr, make_schedule(adaptive, head_order), sim_config);
+    result.adaptive_ms = predicted_kernel_ms(result.adaptive_sim, gpu, skip_model);
     result.speedup = original_ms / result.adaptive_ms;
     result.speedup_with_plan = original_ms / (result.adaptive_ms + result.adaptive_plan_ms / options.plan_reuse);
     result.summary = layer_summary(result);
     results.push_back(std::move(result));
   }
   const Recommendation recommendation = recommend(results, original_ms, options, workload, cost);
+  progress.finish();
 
   const double usable_fraction = sim_config.usable_l2_fraction >= 0 ? sim_config.usable_l2_fraction
                                                                      : gpu.usable_l2_fraction;
@@ -401,54 +417,49 @@ int run_simulate(const SimulateOptions& options) {
                         {"prefetch_stages", sim_config.prefetch_stages},
                         {"seed", sim_config.seed}};
     const char* cost_names[] = {"profile", "cpu", "fixed"};
-    nlohmann::json skip = {{"gain", simulated_gain ? "simulator" : "profile"},
+    nlohmann::json skip = {{"gain", profile ? "profile" : "none"},
                            {"gain_description", cost.gain_description},
                            {"plan_cost", cost_names[int(cost.source)]},
                            {"plan_cost_description", cost.cost_description},
                            {"plan_reuse", options.plan_reuse},
                            {"profile", nullptr}};
-    if (cost.profile.profile)
-      skip["profile"] = {{"device", cost.profile.profile->device},
-                         {"date", cost.profile.profile->date},
-                         {"commit", cost.profile.profile->commit},
+    if (profile)
+      skip["profile"] = {{"device", profile->device},
+                         {"date", profile->date},
+                         {"commit", profile->commit},
                          {"origin", cost.profile.origin}};
     if (cost.source == PlanCostSource::kFixed) skip["fixed_plan_cost_ms"] = cost.fixed_ms;
     out["skip"] = skip;
     nlohmann::json rows = nlohmann::json::array();
     for (const OrderResult& result : results) {
-      int64_t union_sum = 0;
-      for (int64_t u : result.sim.wave_kv_union) union_sum += u;
       nlohmann::json head_rows = nlohmann::json::array();
       for (size_t h = 0; h < result.heads.size(); ++h) {
-        const SkipDecision& decision = result.heads[h].decision;
+        const HeadDecision& head = result.heads[h];
         head_rows.push_back({{"head", h},
-                             {"density", result.heads[h].density},
-                             {"skipped", decision.skipped},
-                             {"code", to_string(decision.code)},
-                             {"reason", decision.reason},
-                             {"gain_ms", number_or_null(decision.gain_ms)},
-                             {"plan_cost_ms", number_or_null(decision.plan_cost_ms)}});
+                             {"density", head.density},
+                             {"skipped", head.decision.skipped},
+                             {"code", to_string(head.decision.code)},
+                             {"reason", head.decision.reason},
+                             {"gain_ms", number_or_null(head.decision.gain_ms)},
+                             {"plan_cost_ms", number_or_null(result.order == Order::kOriginal
+                                                                 ? std::numeric_limits<double>::quiet_NaN()
+                                                                 : head.gain.plan_cost_ms)}});
       }
-      rows.push_back({{"order", to_string(result.order)},
-                      {"l2_hit_ratio", result.sim.l2_hit_ratio},
-                      {"kv_hit_ratio", result.sim.kv_hit_ratio},
-                      {"hbm_read_bytes", result.sim.hbm_read_bytes},
-                      {"hbm_write_bytes", result.sim.hbm_write_bytes},
-                      {"mean_wave_kv_union",
-                       result.sim.wave_kv_union.empty() ? 0.0 : double(union_sum) / result.sim.wave_kv_union.size()},
-                      {"predicted_kernel_ms", result.predicted_ms},
-                      {"plan_ms", result.cpu_plan_ms},
-                      {"plan_cost_ms", result.plan_cost_ms},
-                      {"skip",
-                       {{"skipped", result.order != Order::kOriginal && result.reordered_heads == 0},
-                        {"reason", result.summary},
-                        {"reordered_heads", result.reordered_heads},
-                        {"heads", head_rows}}},
-                      {"adaptive",
-                       {{"predicted_kernel_ms", result.adaptive_ms},
-                        {"plan_cost_ms", result.adaptive_plan_ms},
-                        {"speedup", result.speedup},
-                        {"speedup_with_plan", result.speedup_with_plan}}}});
+      nlohmann::json row = sim_json(result.sim);
+      row["order"] = to_string(result.order);
+      row["predicted_kernel_ms"] = result.predicted_ms;
+      row["plan_ms"] = result.cpu_plan_ms;
+      row["plan_cost_ms"] = result.plan_cost_ms;
+      row["skip"] = {{"skipped", result.order != Order::kOriginal && result.reordered_heads == 0},
+                     {"reason", result.summary},
+                     {"reordered_heads", result.reordered_heads},
+                     {"heads", head_rows}};
+      row["adaptive"] = sim_json(result.adaptive_sim);
+      row["adaptive"]["predicted_kernel_ms"] = result.adaptive_ms;
+      row["adaptive"]["plan_cost_ms"] = result.adaptive_plan_ms;
+      row["adaptive"]["speedup"] = result.speedup;
+      row["adaptive"]["speedup_with_plan"] = result.speedup_with_plan;
+      rows.push_back(std::move(row));
     }
     out["results"] = rows;
     out["recommendation"] = {
@@ -456,9 +467,15 @@ int run_simulate(const SimulateOptions& options) {
         {"source", recommendation.source},
         {"speedup", recommendation.speedup},
         {"speedup_with_plan", recommendation.speedup_with_plan},
+        {"simulated_speedup", recommendation.best ? recommendation.best->speedup : 1.0},
+        {"simulated_speedup_with_plan", recommendation.best ? recommendation.best->speedup_with_plan : 1.0},
         {"plan_reuse", options.plan_reuse},
         {"command", recommendation.command},
         {"text", recommendation.text}};
+    if (profile && recommendation.best) {
+      out["recommendation"]["profile_original_ms"] = recommendation.profile_original_ms;
+      out["recommendation"]["profile_ms"] = recommendation.profile_ms;
+    }
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
@@ -475,24 +492,35 @@ int run_simulate(const SimulateOptions& options) {
               std::string(to_string(gpu.preset)).c_str(), gpu.slots(), gpu.l2_bytes / 1048576.0,
               100 * usable_fraction, std::string(to_string(sim_config.cache_model)).c_str(),
               std::string(to_string(sim_config.traversal)).c_str(), sim_config.jitter);
-  std::printf("%-10s %8s %12s %10s %10s  %s\n", "order", "L2 hit", "HBM read GB", "pred. ms", "plan ms",
+  std::printf("%-15s %8s %12s %10s %10s  %s\n", "order", "L2 hit", "HBM read GB", "pred. ms", "plan ms",
               "skip decision");
-  for (const OrderResult& result : results)
-    std::printf("%-10s %7.1f%% %12.2f %10.3f %10.3f  %s\n", std::string(to_string(result.order)).c_str(),
-                100 * result.sim.l2_hit_ratio, result.sim.hbm_read_bytes / 1e9, result.predicted_ms,
-                result.plan_cost_ms, result.summary.c_str());
+  bool any_adaptive_row = false;
+  for (const OrderResult& result : results) {
+    print_row(std::string(to_string(result.order)), result.sim, result.predicted_ms, result.plan_cost_ms,
+              result.summary);
+    if (!result.partly_reordered()) continue;
+    any_adaptive_row = true;
+    print_row(result.adaptive_row_name(), result.adaptive_sim, result.adaptive_ms, result.adaptive_plan_ms,
+              "what --skip auto runs: " + std::to_string(result.reordered_heads) + " heads in " +
+                  std::string(to_string(result.order)) + " order, " +
+                  std::to_string(heads - result.reordered_heads) + " in the original order");
+  }
+  if (profile && recommendation.best)
+    std::printf("\nprofile: %s for %s masks predicts this layer's kernel at %.3f ms in the original order and "
+                "%.3f ms in the %s order where --skip auto reorders\n",
+                profile->device.c_str(), profile->mask.c_str(), recommendation.profile_original_ms,
+                recommendation.profile_ms, std::string(to_string(recommendation.best->order)).c_str());
   std::printf(
       "\n"
       "  L2 hit, HBM read GB: the simulated kernel's L2 hit ratio and HBM reads (K, V, Q) over the layer, every head\n"
-      "    in the row's order (docs/simulator.md)\n"
+      "    in the row's order (docs/simulator.md)%s\n"
       "  pred. ms: the simulator's predicted kernel time, max(C, M) + %.2f x min(C, M): C = block-sparse FLOPs at\n"
       "    %.0f TFLOP/s, M = simulated HBM bytes at %.1f TB/s\n"
-      "  plan ms: the plan cost charged for the layer, summed over heads: %s\n"
-      "  skip decision: the adaptive skip per head (wavealign reorder --skip auto): the mask statistics, then the\n"
-      "    predicted kernel gain x %s reuse against the plan cost. Gain: %s%s\n\n",
+      "  plan ms: the plan cost charged for the layer, summed over the row's heads: %s\n"
+      "  skip decision: the adaptive skip per head (wavealign reorder --skip auto): %s\n\n",
+      any_adaptive_row ? "; an 'auto' row: the skipped heads in the original order, the others in the row's" : "",
       skip_model.exposed_fraction, gpu.attention_flops_per_s / 1e12, gpu.hbm_bytes_per_s / 1e12,
-      cost.cost_description.c_str(), number_text("%g", options.plan_reuse).c_str(), cost.gain_description.c_str(),
-      simulated_gain ? "" : "; the planners apply it to whichever order is asked");
+      cost.cost_description.c_str(), cost.gain_description.c_str());
   std::printf("%s\n", recommendation.text.c_str());
   return 0;
 }
@@ -524,8 +552,9 @@ Runner add_simulate(CLI::App& app) {
                       "machine's CPU plan time) or a time in ms")
       ->capture_default_str()
       ->check(word_or_number({"gpu", "cpu"}, {0, std::numeric_limits<double>::infinity()}));
-  command->add_option("--profile", options->profile,
-                      "skip profile JSON whose plan cost is charged (default: the built-in profile of --gpu)");
+  add_profile_option(*command, options->profile,
+                     "skip profile whose gain decides and whose plan cost is charged: a profile JSON file, a GPU "
+                     "preset's built-in profile (h200), or none; default: the built-in profile of --gpu");
   command->add_flag("--json", options->json, "print one JSON object");
   return [options] { return run_simulate(*options); };
 }

@@ -3,6 +3,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "progress.h"
 #include "wavealign/error.h"
 #include "wavealign/io.h"
 #include "wavealign/plan.h"
@@ -26,6 +27,9 @@ struct VizOptions {
 };
 
 int run_viz(const VizOptions& options) {
+  check_output_is_not_an_input("--out", options.out, {{"--mask", options.mask}, {"--perm", options.permutation}});
+  Progress progress;
+  progress.stage("reading " + options.mask);
   const BlockMask mask = load_mask_file(options.mask);
   WA_CHECK_ARG(options.head >= 0 && options.head < mask.heads(), "--head", options.head, " is outside [0, ",
                mask.heads(), ")");
@@ -41,12 +45,15 @@ int run_viz(const VizOptions& options) {
     permutation.assign(values.begin() + int64_t(options.head) * mask.q_blocks(),
                        values.begin() + int64_t(options.head + 1) * mask.q_blocks());
   } else {
+    progress.stage("planning head " + std::to_string(options.head));
     permutation =
         head_permutation(mask, options.head, enum_flag<Order>("--order", options.order), wave_size, 10, options.seed);
   }
+  progress.stage("drawing " + options.out);
   with_flag_names({{"max_pixels", "--max-pixels"}, {"permutation", "--perm"}}, [&] {
     write_mask_png(options.out, mask, options.head, permutation, wave_size, options.max_pixels);
   });
+  progress.finish();
   std::cout << "wrote " << options.out << ": head " << options.head << ", " << mask.q_blocks() << " x "
             << mask.kv_blocks() << " blocks, left original, right "
             << (options.permutation.empty() ? options.order : options.permutation) << std::endl;

@@ -1,34 +1,41 @@
-// Progress lines on stderr for long work: only when stderr is a terminal, and only once the work has run
-// for 2 s, so short runs and piped output stay clean.
+// Progress of long work on stderr: once a command has run 2 s, a line "[  4.2s] <stage>" redrawn in place every
+// 0.25 s, so a 40 s mask method or a 20 GB file does not look like a hang. Only when stderr is a terminal and
+// --quiet was not given: short runs, pipes and logs stay clean.
 #pragma once
 
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdio>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace wavealign::cli {
 
+/// --quiet: no progress line (the global flag; main sets it before the command runs).
+void set_quiet(bool quiet);
+
 class Progress {
  public:
-  Progress() : enabled_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
-  ~Progress() {
-    if (shown_) std::fputs("\r\033[K", stderr);
-  }
-  void update(const std::string& message) {
-    if (!enabled_) return;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    if (seconds < 2.0) return;
-    std::fprintf(stderr, "\r\033[K[%5.1fs] %s", seconds, message.c_str());
-    std::fflush(stderr);
-    shown_ = true;
-  }
+  Progress();
+  ~Progress() { finish(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  /// What the command does now, e.g. "writing mask.npy (19.6 GB)".
+  void stage(std::string message);
+
+  /// Stops the line and clears it: called before the command prints its result.
+  void finish();
 
  private:
-  bool enabled_;
+  void draw(std::stop_token stop);
+
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::string stage_;
   bool shown_ = false;
-  std::chrono::steady_clock::time_point start_;
+  std::jthread drawer_;  // last: started once the members it reads exist, joined before they go
 };
 
 }  // namespace wavealign::cli

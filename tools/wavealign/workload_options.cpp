@@ -62,56 +62,84 @@ BlockMask load_mask_file(const std::string& path) {
   return mask;
 }
 
-Workload make_workload(const WorkloadOptions& requested, int default_block) {
-  WorkloadOptions options = requested;
-  if (options.block == 0) options.block = default_block;
-  WA_CHECK_ARG(options.block == 64 || options.block == 128, "--block", "must be 64 or 128, got ", options.block);
+void add_profile_option(CLI::App& command, std::string& profile, const std::string& help) {
+  command.add_option("--profile", profile, help);
+}
+
+SkipProfileChoice profile_option(const std::string& value, GpuPreset gpu) {
+  try {
+    return choose_skip_profile(value, gpu);
+  } catch (const InvalidArgument& error) {
+    // The rule's own errors name "profile"; a file's name "<file>" or "<file>: <field>", which the message keeps.
+    if (error.argument() == "profile") throw InvalidArgument("--profile", message_of(error));
+    throw InvalidArgument("--profile", error.argument() + ": " + message_of(error));
+  }
+}
+
+namespace {
+
+int checked_block(const WorkloadOptions& options, int default_block) {
+  const int block = options.block == 0 ? default_block : options.block;
+  WA_CHECK_ARG(block == 64 || block == 128, "--block", "must be 64 or 128, got ", block);
+  return block;
+}
+
+}  // namespace
+
+SyntheticShape synthetic_shape(const WorkloadOptions& options, int default_block) {
+  SyntheticShape shape;
+  shape.block = checked_block(options, default_block);
+  const ModelPreset model = enum_flag<ModelPreset>("--model", options.model);
+  shape.video = with_flag_names({{"frames", "--frames"}}, [&] { return video_shape(model, options.frames); });
+  WA_CHECK_ARG(options.heads >= 1 && options.heads <= shape.video.heads, "--heads", "must be in [1, ",
+               shape.video.heads, "] for ", options.model, ", got ", options.heads);
+  WA_CHECK_ARG(options.density > 0 && options.density <= 1, "--density", "must be in (0, 1], got ",
+               options.density);
+  shape.heads = options.heads;
+  shape.q_blocks = blocks_for(shape.video.tokens(), shape.block);
+  shape.kv_blocks = blocks_for(shape.video.tokens(), shape.block);
+  return shape;
+}
+
+Workload make_workload(const WorkloadOptions& options, int default_block) {
   Workload workload;
-  workload.block = options.block;
   const bool synthetic = options.mask == "random" || options.mask == "video";
   if (!synthetic) {
+    workload.block = checked_block(options, default_block);
     WA_CHECK_ARG(std::filesystem::exists(options.mask), "--mask",
                  "is neither 'random', 'video' nor an existing .npy file: ", options.mask);
     workload.mask = load_mask_file(options.mask);
-    workload.tokens = int64_t(workload.mask.q_blocks()) * options.block;
+    workload.tokens = int64_t(workload.mask.q_blocks()) * workload.block;
     workload.description = {{"mask", "file"},
                             {"file", options.mask},
                             {"tokens", workload.tokens},
                             {"q_blocks", workload.mask.q_blocks()},
                             {"kv_blocks", workload.mask.kv_blocks()},
                             {"heads", workload.mask.heads()},
-                            {"block", options.block},
+                            {"block", workload.block},
                             {"density", workload.mask.density()}};
     return workload;
   }
-  const ModelPreset model = enum_flag<ModelPreset>("--model", options.model);
-  const VideoShape shape =
-      with_flag_names({{"frames", "--frames"}}, [&] { return video_shape(model, options.frames); });
-  WA_CHECK_ARG(options.heads >= 1 && options.heads <= shape.heads, "--heads", "must be in [1, ", shape.heads,
-               "] for ", options.model, ", got ", options.heads);
-  WA_CHECK_ARG(options.density > 0 && options.density <= 1, "--density", "must be in (0, 1], got ",
-               options.density);
-  const BlockShape block{options.block, options.block};
-  const int q_blocks = blocks_for(shape.tokens(), block.q_block);
-  const int kv_blocks = blocks_for(shape.tokens(), block.kv_block);
+  const SyntheticShape shape = synthetic_shape(options, default_block);
+  workload.block = shape.block;
   if (options.mask == "random") {
-    workload.mask = random_mask(options.heads, q_blocks, kv_blocks, options.density, options.seed);
+    workload.mask = random_mask(shape.heads, shape.q_blocks, shape.kv_blocks, options.density, options.seed);
   } else {
     VideoMaskOptions mask_options;
     mask_options.density = options.density;
-    workload.mask = video_mask(shape, options.heads, block, mask_options, options.seed);
+    workload.mask = video_mask(shape.video, shape.heads, {shape.block, shape.block}, mask_options, options.seed);
   }
-  workload.tokens = shape.tokens();
+  workload.tokens = shape.video.tokens();
   workload.description = {{"model", options.model},
                           {"frames", options.frames},
-                          {"latent_frames", shape.latent_frames},
-                          {"tokens_per_frame", shape.tokens_per_frame()},
-                          {"tokens", shape.tokens()},
-                          {"q_blocks", q_blocks},
-                          {"kv_blocks", kv_blocks},
-                          {"heads", options.heads},
-                          {"head_dim", shape.head_dim},
-                          {"block", options.block},
+                          {"latent_frames", shape.video.latent_frames},
+                          {"tokens_per_frame", shape.video.tokens_per_frame()},
+                          {"tokens", shape.video.tokens()},
+                          {"q_blocks", shape.q_blocks},
+                          {"kv_blocks", shape.kv_blocks},
+                          {"heads", shape.heads},
+                          {"head_dim", shape.video.head_dim},
+                          {"block", shape.block},
                           {"mask", options.mask},
                           {"target_density", options.density},
                           {"density", workload.mask.density()},

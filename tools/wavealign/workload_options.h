@@ -10,6 +10,8 @@
 #include "checks.h"
 #include "wavealign/enums.h"
 #include "wavealign/mask.h"
+#include "wavealign/skip_profile.h"
+#include "wavealign/workload.h"
 
 namespace wavealign::cli {
 
@@ -40,6 +42,24 @@ void add_wave_size_option(CLI::App& command, int& wave_size);
 void add_iterations_option(CLI::App& command, int& iterations);
 /// --plan-reuse: a finite number > 0, the attention calls that share one plan.
 void add_plan_reuse_option(CLI::App& command, double& plan_reuse, const std::string& help);
+
+/// --profile: the skip profile, by the library's rule (skip_profile_choice): not given = the built-in profile of
+/// --gpu, "none", a GPU preset's name, or a profile file.
+void add_profile_option(CLI::App& command, std::string& profile, const std::string& help);
+/// The --profile value resolved and loaded (choose_skip_profile); errors name "--profile", with the file and the
+/// field in the message.
+SkipProfileChoice profile_option(const std::string& value, GpuPreset gpu);
+
+/// The shape of the synthetic workload (--mask random or video), checked, before anything is generated: what
+/// `generate` sizes its output by. Throws InvalidArgument naming the flag.
+struct SyntheticShape {
+  VideoShape video;
+  int heads = 0;
+  int block = 128;
+  int q_blocks = 0;
+  int kv_blocks = 0;
+};
+SyntheticShape synthetic_shape(const WorkloadOptions& options, int default_block = 128);
 
 /// A bool/uint8 .npy mask file (the --mask option) with no empty dimension: throws InvalidArgument naming the
 /// file for a malformed file and "--mask" for a zero heads, query-block or KV-block count.

@@ -162,8 +162,8 @@ SkipDecision decide_by_statistics(const MaskStats& stats, const SkipModel& model
   return decide_skip(SkipPolicy::kAuto, Order::kWaveAlign, &stats, model, nullptr);
 }
 
-SkipDecision decide_by_gain(double gain_ms, double measured_plan_ms, const SkipModel& model) {
-  const SkipGain gain{gain_ms, model.plan_cost_ms >= 0 ? model.plan_cost_ms : measured_plan_ms, ""};
+SkipDecision decide_by_gain(double gain_ms, double plan_ms, const SkipModel& model) {
+  const SkipGain gain{gain_ms, model.plan_cost_ms >= 0 ? model.plan_cost_ms : plan_ms, ""};
   return decide_skip(SkipPolicy::kAuto, Order::kWaveAlign, nullptr, model, &gain);
 }
 

@@ -263,6 +263,39 @@ double profile_plan_ms(const SkipProfile& profile, int64_t tokens, double densit
   return skip_profile_plan_ms(values.grid(), std::log(double(tokens)), density) * heads;
 }
 
+SkipProfileRange skip_profile_range(const SkipProfile& profile) {
+  check_skip_profile(profile, "profile");
+  SkipProfileRange range{profile.points.front().tokens, profile.points.front().tokens,
+                         profile.points.front().density, profile.points.front().density};
+  for (const SkipProfilePoint& point : profile.points) {
+    range.min_tokens = std::min(range.min_tokens, point.tokens);
+    range.max_tokens = std::max(range.max_tokens, point.tokens);
+    range.min_density = std::min(range.min_density, point.density);
+    range.max_density = std::max(range.max_density, point.density);
+  }
+  return range;
+}
+
+std::string skip_profile_extrapolation(const SkipProfile& profile, int64_t tokens, double density) {
+  // Within 1% of an edge counts as inside: a mask's L read as q_blocks x block overstates the true length by up
+  // to one block (128 tokens, 0.04% of the H200 profile's 363,600), which is no extrapolation to warn about.
+  constexpr double kEdgeTolerance = 0.01;
+  const SkipProfileRange range = skip_profile_range(profile);
+  const std::string token_range = std::to_string(range.min_tokens) + "-" + std::to_string(range.max_tokens);
+  char density_range[64];
+  std::snprintf(density_range, sizeof density_range, "%.1f-%.1f%%", 100 * range.min_density, 100 * range.max_density);
+  std::string outside;
+  auto add = [&outside](const std::string& what) { outside += (outside.empty() ? "" : " and ") + what; };
+  const double length = double(tokens);
+  if (length < range.min_tokens * (1 - kEdgeTolerance)) add("L below the measured " + token_range + " tokens");
+  if (length > range.max_tokens * (1 + kEdgeTolerance)) add("L above the measured " + token_range + " tokens");
+  if (density < range.min_density * (1 - kEdgeTolerance))
+    add("density below the measured " + std::string(density_range));
+  if (density > range.max_density * (1 + kEdgeTolerance))
+    add("density above the measured " + std::string(density_range));
+  return outside;
+}
+
 SkipGain profile_skip_gain(const SkipProfile& profile, int64_t tokens, double density, const SkipModel& model) {
   SkipGain gain;
   gain.gain_ms = profile_gain_ms(profile, tokens, density, 1);
@@ -271,6 +304,8 @@ SkipGain profile_skip_gain(const SkipProfile& profile, int64_t tokens, double de
   std::snprintf(where, sizeof where, "profile of %s at L = %lld tokens, density %.1f%%", profile.device.c_str(),
                 static_cast<long long>(tokens), 100 * density);
   gain.source = where;
+  const std::string outside = skip_profile_extrapolation(profile, tokens, density);
+  if (!outside.empty()) gain.source += "; extrapolated: " + outside;
   return gain;
 }
 
