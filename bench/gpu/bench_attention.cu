@@ -8,15 +8,9 @@
 //                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled] [--wave-size W]
 //                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--warmup-ms 0]
 //                   [--iters 10] [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
-//                   [--progress-trace FILE]
 //
 // --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
 // --save-perm write the mask (bool [H,MB,NB]) and the plan's permutation (int32 [H,MB]) for the peer benchmark.
-//
-// --progress-trace writes the last timed launch's progress trace (src/cuda/attention/progress_trace.h: when each
-// CTA walked which K/V blocks) to FILE: one JSON line (the layout and the case), then the per-CTA record
-// counts (uint32) and the records (32 bytes each); bench/gpu/collect_progress_trace.py reads it. Only a build
-// configured with -DWA_SM90_PROGRESS_TRACE=ON records one, and only the sm90 kernel.
 //
 // --wave-size sets the plan's wave W (default 0: the H200's 132 slots).
 //
@@ -48,7 +42,6 @@
 #include <vector>
 
 #include "bench_cuda_check.h"
-#include "cuda/attention/progress_trace.h"
 #include "gpu_clock_sampler.h"
 #include "wavealign/attention.h"
 #include "wavealign/io.h"
@@ -70,7 +63,7 @@ struct Options {
   int frames = 0;
   std::string mask = "random";
   bool json = false;
-  std::string save_mask, save_perm, progress_trace;
+  std::string save_mask, save_perm;
   int head_dim = 128;
   int block = 128;
   ElementType type = ElementType::kBf16;
@@ -117,7 +110,6 @@ Options parse(int argc, char** argv) {
     else if (flag == "--json") o.json = true;
     else if (flag == "--save-mask") o.save_mask = value();
     else if (flag == "--save-perm") o.save_perm = value();
-    else if (flag == "--progress-trace") o.progress_trace = value();
     else if (flag == "--head-dim") o.head_dim = std::stoi(value());
     else if (flag == "--block") o.block = std::stoi(value());
     else if (flag == "--dtype") o.type = from_string<ElementType>(value());
@@ -139,34 +131,7 @@ Options parse(int argc, char** argv) {
   if (!o.model.empty()) o.tokens = video_shape(from_string<ModelPreset>(o.model), o.frames).tokens();
   if (o.mask != "random" && o.mask != "video") throw std::invalid_argument("--mask random|video");
   if (o.mask == "video" && o.model.empty()) throw std::invalid_argument("--mask video needs --model and --frames");
-  if (!o.progress_trace.empty() && !cuda::detail::kProgressTrace)
-    throw std::invalid_argument("--progress-trace needs a build configured with -DWA_SM90_PROGRESS_TRACE=ON");
   return o;
-}
-
-/// The progress trace behind the workspace's ticket, as --progress-trace describes. `kernel` is the launched
-/// kernel's name; only the sm90 kernel records, so another one leaves every count 0.
-void write_progress_trace(const Options& o, const void* workspace, const std::string& kernel, int kv_blocks,
-                          int l2_bytes) {
-  using namespace cuda::detail;
-  std::vector<char> trace(kProgressTraceBytes);
-  WA_BENCH_CUDA(cudaMemcpy(trace.data(), static_cast<const char*>(workspace) + kProgressTraceOffset, trace.size(),
-                           cudaMemcpyDeviceToHost));
-  FILE* file = std::fopen(o.progress_trace.c_str(), "wb");
-  if (file == nullptr) throw std::runtime_error("--progress-trace: cannot write '" + o.progress_trace + "'");
-  const long long kv_block_bytes = 2LL * o.block * o.head_dim * 2;  // K and V, 16-bit elements
-  std::fprintf(file,
-               "{\"format\": \"wavealign-progress-trace\", \"version\": 1, \"ctas\": %d, \"records_per_cta\": %d, "
-               "\"record_bytes\": %zu, \"every\": %d, \"kernel\": \"%s\", \"heads\": %d, \"tokens\": %lld, "
-               "\"block\": %d, \"head_dim\": %d, \"kv_blocks\": %d, \"kv_block_bytes\": %lld, \"l2_bytes\": %d, "
-               "\"mode\": \"%s\", \"mask\": \"%s\", \"order\": \"%s\"}\n",
-               kProgressTraceCtas, kProgressTraceRecordsPerCta, sizeof(ProgressRecord), kProgressTraceEvery,
-               kernel.c_str(), o.heads, static_cast<long long>(o.tokens), o.block, o.head_dim, kv_blocks,
-               kv_block_bytes, l2_bytes, o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(),
-               o.dense ? "dense" : o.order.c_str());
-  const bool written = std::fwrite(trace.data(), 1, trace.size(), file) == trace.size();
-  if (std::fclose(file) != 0 || !written)
-    throw std::runtime_error("--progress-trace: writing '" + o.progress_trace + "' failed");
 }
 
 /// Uniform values in [-1.5, 1.5) from a counter hash, stored as bf16/fp16 bits (both are 16-bit).
@@ -354,7 +319,6 @@ int run(const Options& o) {
         median, flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 1, "null").c_str(),
         format_stat(power_w, 1, "null").c_str(), format_stat(power_capped, 3, "null").c_str(), warmup_spent_ms);
   }
-  if (!o.progress_trace.empty()) write_progress_trace(o, workspace, support.kernel, kv_blocks, l2_bytes);
   // A NaN in the output would make the timing meaningless: check a sample of LSE.
   std::vector<float> lse_host(std::min<size_t>(size_t(o.heads) * o.tokens, 1 << 20));
   WA_BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_host.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "attention_harness.h"
-#include "cuda/attention/progress_trace.h"
 
 namespace wavealign::cuda::testing {
 namespace {
@@ -101,13 +100,7 @@ TEST(QuerySupport, NoDeviceIsAReason) {
   EXPECT_NE(support.reason.find("no CUDA device"), std::string::npos) << support.reason;
 }
 
-// The workspace is the ticket counter's 16 bytes; only measurement builds add the K/V pacer's counters and the
-// progress trace behind it.
-TEST(SparseAttention, WorkspaceIsTheTicketUnlessTracing) {
-  const size_t expected = 16 + detail::kKvPacerBytes + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
-  EXPECT_EQ(workspace_bytes(supported_args()), expected);
-  if (!detail::kKvPacer && !detail::kProgressTrace) EXPECT_EQ(workspace_bytes(supported_args()), 16u);
-}
+TEST(SparseAttention, WorkspaceIsTheTicket) { EXPECT_EQ(workspace_bytes(supported_args()), 16u); }
 
 // Argument checks run before the device is looked at, so they need no GPU.
 TEST(SparseAttention, NamesBadArguments) {

@@ -13,7 +13,6 @@
 
 #include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
-#include "cuda/attention/progress_trace.h"
 #include "wavealign/attention.h"
 #include "wavealign/error.h"
 
@@ -239,10 +238,8 @@ Support query_support(const SparseAttentionArgs& args, int device) {
 }
 
 size_t workspace_bytes(const SparseAttentionArgs&) {
-  // One 32-bit ticket counter, padded to an alignment every allocator gives; then, in a build with the K/V
-  // pacer or the progress trace (measurement builds), their counters and records (kv_pacer.h,
-  // progress_trace.h).
-  return detail::kProgressTraceOffset + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
+  // One 32-bit ticket counter, padded to an alignment every allocator gives.
+  return 16;
 }
 
 void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream stream) {
@@ -281,10 +278,7 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   params.dense = args.dense;
   params.sawtooth = args.traversal == Traversal::kSawtooth;
 
-  const size_t zeroed = detail::kProgressTrace ? detail::kProgressTraceRecordsOffset
-                        : detail::kKvPacer    ? detail::kKvPacerOffset + detail::kKvPacerBytes
-                                              : sizeof(unsigned int);
-  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, zeroed, stream));
+  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, sizeof(unsigned int), stream));
   selection.entry->launch(params, stream);
 }
 

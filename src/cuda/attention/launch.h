@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/attention/params.h"
+#include "cuda/attention/sm90/tuning.cuh"
 
 namespace wavealign::cuda::detail {
 
@@ -10,8 +11,10 @@ namespace wavealign::cuda::detail {
 template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
 void launch_fwd_sm80(const AttentionParams& params, Stream stream);
 
-/// Hopper path: TMA + wgmma, one producer warpgroup and kBlockM / 64 consumer warpgroups (sm_90a only).
-template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
+/// Hopper path: TMA + wgmma, one producer warpgroup and kBlockM / 64 consumer warpgroups (sm_90a only). Tuning:
+/// the table's entry (sm90/tuning.cuh); a benchmark variant passes another.
+template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN,
+          class Tuning = sm90::DefaultTuning<kElement, kHeadDim, kBlockM, kBlockN>>
 void launch_fwd_sm90(const AttentionParams& params, Stream stream);
 
 }  // namespace wavealign::cuda::detail
