@@ -1,5 +1,6 @@
 // Launchers of the compiled kernel instantiations. Each is defined in one instantiation TU
-// (sm80/fwd_sm80_<dtype>.cu, sm90/fwd_sm90_<dtype>_d<dim>.cu); dispatch.cu is their only caller.
+// (sm80/fwd_sm80_<dtype>.cu, sm90/fwd_sm90_<dtype>_d<dim>.cu); dispatch.cu is their only caller, apart from the
+// benchmark's tuning variants (bench/gpu/kernel_variants.cu), which go through sparse_attention_with.
 #pragma once
 
 #include "cuda/attention/params.h"
@@ -16,5 +17,10 @@ void launch_fwd_sm80(const AttentionParams& params, Stream stream);
 template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN,
           class Tuning = sm90::DefaultTuning<kElement, kHeadDim, kBlockM, kBlockN>>
 void launch_fwd_sm90(const AttentionParams& params, Stream stream);
+
+/// sparse_attention with `launch` in place of the kernel it selects, after the same checks and with the same
+/// parameters, so a benchmark times a variant of the tuning table through the library's own call path. `launch`
+/// must run the selected kernel's configuration (element type, head_dim, block).
+void sparse_attention_with(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch);
 
 }  // namespace wavealign::cuda::detail

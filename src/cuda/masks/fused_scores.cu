@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/alignment.h"
 #include "common/cuda_check.h"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/persistent_grid.h"
@@ -900,15 +901,13 @@ void score_sampled_runs(RunContext& context, int first_head, int heads, const Fu
   WA_CHECK(fused_scoring_supported(d), "the fused scoring does not take head_dim ", d);
   WA_CHECK(heads <= scratch.heads, "the fused scratch holds ", scratch.heads, " heads, not ", heads);
   WA_CHECK(scratch.blocks.count > 0, "the fused scoring needs at least one sampled row");
-  constexpr int64_t kVectorElements = 8;  // 16 bytes of 16-bit values
   TileParams params;
   params.k = qk.k;
   params.heads = qk.heads;
   params.k_batch_stride = qk.k_batch_stride;
   params.k_head_stride = qk.k_head_stride;
   params.k_token_stride = qk.k_token_stride;
-  params.k_vectors = reinterpret_cast<uintptr_t>(qk.k) % 16 == 0 && qk.k_token_stride % kVectorElements == 0 &&
-                     qk.k_head_stride % kVectorElements == 0 && qk.k_batch_stride % kVectorElements == 0;
+  params.k_vectors = rows_aligned_16(qk.k, sizeof(uint16_t), {qk.k_token_stride, qk.k_head_stride, qk.k_batch_stride});
   params.count = count;
   params.blocks = scratch.blocks;
   params.tokens = qk.tokens;
