@@ -2,6 +2,7 @@
 """Counts the SASS instructions of a kernel's steady-state loops, per KV block, by instruction class.
 
     scripts/sass_census.py FILE [--kernel SUBSTRING] [--tma-per-block 4] [--nvdisasm PATH] [--stalls] [--json]
+    scripts/sass_census.py NEW --compare BASE [--cuobjdump PATH] [--rename REGEX=REPLACEMENT ...] [--json]
 
 FILE is a cubin, an object file with an embedded sm_90a cubin (the build's .cu.o; extracted with
 cuobjdump -xelf), or a listing that `nvdisasm -gi -c` wrote. The tool builds the control-flow graph of
@@ -25,6 +26,15 @@ fixed-latency dependencies and pipe pacing of its static schedule (not the score
 wgmma results, which are dynamic). Where the loop has them, it also splits that sum at the attention loop's
 landmarks: the GEMM issue up to `wgmma wait 1` (S ready), the row max up to the first MUFU.EX2, the exp2 phase
 up to the last one, and the rest.
+
+--compare is the proof that a refactoring changed no machine code: NEW and BASE are object files (or two
+directories holding the same relative paths of *.o, e.g. two builds' CMakeFiles), disassembled with
+`cuobjdump -sass` for every architecture they carry. Functions are paired by name, with the hash that nvcc puts
+into anonymous namespaces left out; --rename REGEX=REPLACEMENT maps renamed ones (applied to NEW's mangled
+names, e.g. to drop a template argument that was added). Each pair is reported as identical (the same instructions in the
+same order, addresses and encodings aside), reordered (the same instructions in another order), reallocated
+(the same opcodes, other registers or operands) or different (with the opcode counts that differ); functions
+without a partner are listed.
 """
 
 import argparse
@@ -362,6 +372,104 @@ def print_report(result):
                     print(f"    phase {phase}: {n:g}")
 
 
+SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;")
+ANONYMOUS_NAMESPACE = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+
+
+def sass_functions(text, renames=()):
+    """{(architecture, function name): [instruction text]} of a `cuobjdump -sass` listing; names without nvcc's
+    anonymous-namespace hash and with the (regex, replacement) renames applied."""
+    functions, arch, current = {}, None, None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("code for sm_"):
+            arch = stripped.split()[-1]
+        elif stripped.startswith("Function : "):
+            name = ANONYMOUS_NAMESPACE.sub("_GLOBAL__N__", stripped[len("Function : "):])
+            for pattern, replacement in renames:
+                name = re.sub(pattern, replacement, name)
+            current = functions.setdefault((arch, name), [])
+        elif current is not None:
+            match = SASS_LINE.match(line)
+            if match:
+                current.append(re.sub(r"\s+", " ", match.group(1)))
+    return functions
+
+
+def compare_function(base, new):
+    """identical, reordered, reallocated or different (with the opcode counts that differ)."""
+    if base == new:
+        return "identical", None
+    if sorted(base) == sorted(new):
+        return "reordered", None
+    opcode = lambda instruction: re.sub(r"^@!?U?P[T0-9]+ ", "", instruction).split(" ")[0]
+    base_ops, new_ops = collections.Counter(map(opcode, base)), collections.Counter(map(opcode, new))
+    if base_ops == new_ops:
+        return "reallocated", None
+    delta = {op: new_ops[op] - base_ops[op] for op in sorted(set(base_ops) | set(new_ops)) if new_ops[op] != base_ops[op]}
+    return "different", delta
+
+
+def compare_objects(base_path, new_path, cuobjdump, renames):
+    """The comparison of one object file pair: {"functions": [...], "unpaired": [...]}"""
+    def listing(path):
+        return subprocess.run([cuobjdump, "-sass", path], check=True, capture_output=True, text=True).stdout
+    base, new = sass_functions(listing(base_path)), sass_functions(listing(new_path), renames)
+    functions = []
+    for key in base:
+        if key in new:
+            verdict, delta = compare_function(base[key], new[key])
+            functions.append({"arch": key[0], "function": key[1], "instructions": len(new[key]), "verdict": verdict,
+                              **({"opcode_delta": delta} if delta else {})})
+    unpaired = [{"side": side, "arch": k[0], "function": k[1]} for side, mine, other in
+                (("base", base, new), ("new", new, base)) for k in mine if k not in other]
+    return {"functions": functions, "unpaired": unpaired}
+
+
+def compare(new, base, cuobjdump, renames):
+    """{relative path: compare_objects(...)} over the object files of BASE (a file or a directory)."""
+    tool = cuobjdump or shutil.which("cuobjdump")
+    if not tool:
+        raise SystemExit("sass_census: cuobjdump not found (--cuobjdump PATH or put the CUDA toolkit's bin on PATH)")
+    if os.path.isfile(base):
+        return {os.path.basename(new): compare_objects(base, new, tool, renames)}
+    out = {}
+    for root, _, files in sorted(os.walk(base)):
+        for name in sorted(files):
+            if not name.endswith(".o"):
+                continue
+            relative = os.path.relpath(os.path.join(root, name), base)
+            partner = os.path.join(new, relative)
+            if not os.path.exists(partner):
+                out[relative] = {"missing": "new"}
+                continue
+            out[relative] = compare_objects(os.path.join(root, name), partner, tool, renames)
+    if not out:
+        raise SystemExit("sass_census: no object files under " + base)
+    return out
+
+
+def print_comparison(result):
+    totals = collections.Counter()
+    for path, entry in result.items():
+        if "missing" in entry:
+            print(f"{path}: no counterpart in the new build")
+            totals["missing objects"] += 1
+            continue
+        verdicts = collections.Counter(f["verdict"] for f in entry["functions"])
+        totals.update(verdicts)
+        totals["unpaired"] += len(entry["unpaired"])
+        summary = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+        print(f"{path}: {len(entry['functions'])} functions: {summary or 'none'}")
+        for f in entry["functions"]:
+            if f["verdict"] != "identical":
+                delta = " ".join(f"{op} {n:+d}" for op, n in f.get("opcode_delta", {}).items())
+                print(f"  {f['verdict']} [{f['arch']}] {f['function']}" + (f" ({delta})" if delta else ""))
+        for u in entry["unpaired"]:
+            print(f"  only in {u['side']} [{u['arch']}] {u['function']}")
+    print("total: " + ", ".join(f"{n} {v}" for v, n in sorted(totals.items()) if n))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("file", help="cubin, object file with an sm_90a cubin, or an nvdisasm -gi -c listing")
@@ -373,7 +481,25 @@ def main(argv=None):
     parser.add_argument("--stalls", action="store_true",
                         help="also sum the compiler's stall counts on the consumer's main path (needs -hex words)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    parser.add_argument("--compare", metavar="BASE",
+                        help="compare FILE's SASS with BASE's, function by function (files or build directories)")
+    parser.add_argument("--cuobjdump", help="cuobjdump to use for --compare (default: the one on PATH)")
+    parser.add_argument("--rename", action="append", default=[], metavar="REGEX=REPLACEMENT",
+                        help="--compare: rewrite FILE's function names before pairing them (repeatable)")
     args = parser.parse_args(argv)
+    if args.compare:
+        renames = []
+        for rename in args.rename:
+            if "=" not in rename:
+                parser.error("--rename takes REGEX=REPLACEMENT, got %r" % rename)
+            renames.append(tuple(rename.split("=", 1)))
+        result = compare(args.file, args.compare, args.cuobjdump, renames)
+        if args.json:
+            json.dump(result, sys.stdout, indent=1)
+            print()
+        else:
+            print_comparison(result)
+        return
     if args.tma_per_block < 1:
         parser.error("--tma-per-block must be >= 1, got %d" % args.tma_per_block)
     result = report(disassemble(args.file, args.nvdisasm, hex_words=args.stalls), args.kernel, args.tma_per_block,

@@ -8,15 +8,16 @@
 //                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled] [--wave-size W]
 //                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--warmup-ms 0]
 //                   [--iters 10] [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
-//                   [--progress-trace FILE]
+//                   [--variants default,NAME,...] [--rounds 1]
 //
 // --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
 // --save-perm write the mask (bool [H,MB,NB]) and the plan's permutation (int32 [H,MB]) for the peer benchmark.
 //
-// --progress-trace writes the last timed launch's progress trace (src/cuda/attention/progress_trace.h: when each
-// CTA walked which K/V blocks) to FILE: one JSON line (the layout and the case), then the per-CTA record
-// counts (uint32) and the records (32 bytes each); bench/gpu/collect_progress_trace.py reads it. Only a build
-// configured with -DWA_SM90_PROGRESS_TRACE=ON records one, and only the sm90 kernel.
+// --variants times the library's kernel ("default") and tuning variants of it (kernel_variants.h; compiled with
+// -DWA_BUILD_KERNEL_VARIANTS=ON) on the same inputs in one call: --rounds rounds, each visiting the variants in
+// turn in a rotated order, each visit with its own warm-up; every line then carries "variant" and "round". A
+// variant that changes only the load order must give the default's O and LSE bit for bit; the benchmark
+// compares them and fails (status 3) if not.
 //
 // --wave-size sets the plan's wave W (default 0: the H200's 132 slots).
 //
@@ -48,8 +49,9 @@
 #include <vector>
 
 #include "bench_cuda_check.h"
-#include "cuda/attention/progress_trace.h"
+#include "cuda/attention/launch.h"
 #include "gpu_clock_sampler.h"
+#include "kernel_variants.h"
 #include "wavealign/attention.h"
 #include "wavealign/io.h"
 #include "wavealign/mask.h"
@@ -70,7 +72,9 @@ struct Options {
   int frames = 0;
   std::string mask = "random";
   bool json = false;
-  std::string save_mask, save_perm, progress_trace;
+  std::string save_mask, save_perm;
+  std::vector<std::string> variants;  // empty: the library's kernel only, no variant fields in the output
+  int rounds = 1;
   int head_dim = 128;
   int block = 128;
   ElementType type = ElementType::kBf16;
@@ -101,6 +105,56 @@ double parse_milliseconds(const std::string& flag, const std::string& text) {
   return value;
 }
 
+/// "a,b,c" as {"a", "b", "c"}.
+std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  for (size_t comma; (comma = list.find(',', start)) != std::string::npos; start = comma + 1)
+    names.push_back(list.substr(start, comma - start));
+  names.push_back(list.substr(start));
+  return names;
+}
+
+/// What --variants names: the library's kernel (variant null) or a tuning variant of it; variants of another
+/// configuration than the case runs are left out.
+struct Contender {
+  std::string name;
+  const bench::KernelVariant* variant = nullptr;
+};
+
+std::vector<Contender> contenders(const Options& o, const cuda::Support& support) {
+  if (o.variants.empty()) return {Contender{"default", nullptr}};
+  std::vector<Contender> list;
+  for (const std::string& name : o.variants) {
+    if (name == "default") {
+      list.push_back({name, nullptr});
+      continue;
+    }
+    const auto variants = bench::kernel_variants();
+    const auto found = std::find_if(variants.begin(), variants.end(),
+                                    [&](const bench::KernelVariant& v) { return name == v.name; });
+    if (found == variants.end()) {
+      std::string known = "default";
+      for (const bench::KernelVariant& v : variants) known += std::string(", ") + v.name;
+      throw std::invalid_argument("--variants: no variant '" + name + "' in this build (" + known +
+                                  (variants.empty() ? "; configure with -DWA_BUILD_KERNEL_VARIANTS=ON for more" : "") +
+                                  ")");
+    }
+    const std::string kernel = "sm90_tma_wgmma_ws_" + std::string(to_string(found->element)) + "_d" +
+                               std::to_string(found->head_dim) + "_b" + std::to_string(found->block) + "x" +
+                               std::to_string(found->block);
+    if (support.kernel != kernel) {
+      // One --variants list serves every case of a run script: a variant of another kernel sits this case out.
+      std::fprintf(stderr, "--variants: '%s' is a variant of %s, not of %s: not run\n", name.c_str(), kernel.c_str(),
+                   support.kernel.c_str());
+      continue;
+    }
+    list.push_back({name, &*found});
+  }
+  if (list.empty()) throw std::invalid_argument("--variants: none of them runs this case's kernel " + support.kernel);
+  return list;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -117,7 +171,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "--json") o.json = true;
     else if (flag == "--save-mask") o.save_mask = value();
     else if (flag == "--save-perm") o.save_perm = value();
-    else if (flag == "--progress-trace") o.progress_trace = value();
+    else if (flag == "--variants") o.variants = split_names(value());
+    else if (flag == "--rounds") o.rounds = std::stoi(value());
     else if (flag == "--head-dim") o.head_dim = std::stoi(value());
     else if (flag == "--block") o.block = std::stoi(value());
     else if (flag == "--dtype") o.type = from_string<ElementType>(value());
@@ -139,34 +194,8 @@ Options parse(int argc, char** argv) {
   if (!o.model.empty()) o.tokens = video_shape(from_string<ModelPreset>(o.model), o.frames).tokens();
   if (o.mask != "random" && o.mask != "video") throw std::invalid_argument("--mask random|video");
   if (o.mask == "video" && o.model.empty()) throw std::invalid_argument("--mask video needs --model and --frames");
-  if (!o.progress_trace.empty() && !cuda::detail::kProgressTrace)
-    throw std::invalid_argument("--progress-trace needs a build configured with -DWA_SM90_PROGRESS_TRACE=ON");
+  if (o.rounds < 1) throw std::invalid_argument("--rounds must be >= 1");
   return o;
-}
-
-/// The progress trace behind the workspace's ticket, as --progress-trace describes. `kernel` is the launched
-/// kernel's name; only the sm90 kernel records, so another one leaves every count 0.
-void write_progress_trace(const Options& o, const void* workspace, const std::string& kernel, int kv_blocks,
-                          int l2_bytes) {
-  using namespace cuda::detail;
-  std::vector<char> trace(kProgressTraceBytes);
-  WA_BENCH_CUDA(cudaMemcpy(trace.data(), static_cast<const char*>(workspace) + kProgressTraceOffset, trace.size(),
-                           cudaMemcpyDeviceToHost));
-  FILE* file = std::fopen(o.progress_trace.c_str(), "wb");
-  if (file == nullptr) throw std::runtime_error("--progress-trace: cannot write '" + o.progress_trace + "'");
-  const long long kv_block_bytes = 2LL * o.block * o.head_dim * 2;  // K and V, 16-bit elements
-  std::fprintf(file,
-               "{\"format\": \"wavealign-progress-trace\", \"version\": 1, \"ctas\": %d, \"records_per_cta\": %d, "
-               "\"record_bytes\": %zu, \"every\": %d, \"kernel\": \"%s\", \"heads\": %d, \"tokens\": %lld, "
-               "\"block\": %d, \"head_dim\": %d, \"kv_blocks\": %d, \"kv_block_bytes\": %lld, \"l2_bytes\": %d, "
-               "\"mode\": \"%s\", \"mask\": \"%s\", \"order\": \"%s\"}\n",
-               kProgressTraceCtas, kProgressTraceRecordsPerCta, sizeof(ProgressRecord), kProgressTraceEvery,
-               kernel.c_str(), o.heads, static_cast<long long>(o.tokens), o.block, o.head_dim, kv_blocks,
-               kv_block_bytes, l2_bytes, o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(),
-               o.dense ? "dense" : o.order.c_str());
-  const bool written = std::fwrite(trace.data(), 1, trace.size(), file) == trace.size();
-  if (std::fclose(file) != 0 || !written)
-    throw std::runtime_error("--progress-trace: writing '" + o.progress_trace + "' failed");
 }
 
 /// Uniform values in [-1.5, 1.5) from a counter hash, stored as bf16/fp16 bits (both are 16-bit).
@@ -294,13 +323,19 @@ int run(const Options& o) {
   cudaEvent_t start, stop;
   WA_BENCH_CUDA(cudaEventCreate(&start));
   WA_BENCH_CUDA(cudaEventCreate(&stop));
-  // One launch between the events, after the L2 flush (warm-up and timed runs alike); its kernel time in ms.
+  const std::vector<Contender> runs = contenders(o, support);
+  // One launch of `contender` between the events, after the L2 flush (warm-up and timed runs alike); its kernel
+  // time in ms.
   int launches = 0;
-  auto launch = [&]() {
+  auto launch = [&](const Contender& contender) {
     if (o.cold_l2) WA_BENCH_CUDA(cudaMemsetAsync(flush, launches & 0xFF, flush_bytes, stream));
     ++launches;
     WA_BENCH_CUDA(cudaEventRecord(start, stream));
-    cuda::sparse_attention(args, workspace, stream);
+    if (contender.variant == nullptr) {
+      cuda::sparse_attention(args, workspace, stream);
+    } else {
+      cuda::detail::sparse_attention_with(args, workspace, stream, contender.variant->launch);
+    }
     WA_BENCH_CUDA(cudaEventRecord(stop, stream));
     WA_BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
@@ -311,50 +346,79 @@ int run(const Options& o) {
   bench::GpuClockSampler sampler;
   char pci_bus_id[32] = "";
   if (cudaDeviceGetPCIBusId(pci_bus_id, sizeof(pci_bus_id), device) != cudaSuccess) pci_bus_id[0] = '\0';
-  double warmup_spent_ms = 0;
-  for (int i = 0; i < o.warmup || warmup_spent_ms < o.warmup_ms; ++i) warmup_spent_ms += launch();
-  std::vector<float> times;
-  sampler.start(unsigned(device), pci_bus_id);
-  for (int i = 0; i < o.iters; ++i) times.push_back(launch());
-  const bench::GpuClockStats clocks = sampler.stop();
-  std::vector<float> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  const float median = sorted[sorted.size() / 2];
-  const double flops = 4.0 * o.block * o.block * o.head_dim * double(nnz);
-  const double density = double(nnz) / (double(o.heads) * q_blocks * kv_blocks);
-  // A statistic NVML could not give (NaN) prints as `missing`: n/a in the text line, null in the JSON line.
-  auto format_stat = [](double value, int decimals, const char* missing) {
-    if (std::isnan(value)) return std::string(missing);
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.*f", decimals, value);
-    return std::string(text);
-  };
-  const double clock_mhz = clocks.mean_sm_clock_mhz, power_w = clocks.mean_power_w;
-  const double power_capped = clocks.power_capped_fraction;
-  if (!o.json) std::printf(
-      "kernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s traversal=%s "
-      "l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f sm_clock_mhz=%s power_w=%s power_capped=%s "
-      "warmup_ms=%.1f\n",
-      support.kernel.c_str(), std::string(to_string(o.type)).c_str(), o.heads, static_cast<long long>(o.tokens), o.head_dim, o.block,
-      density, static_cast<long long>(nnz), o.dense ? "dense" : o.order.c_str(),
-      std::string(to_string(o.traversal)).c_str(), o.cold_l2 ? "cold" : "warm", median, sorted.front(), sorted.back(),
-      flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 0, "n/a").c_str(), format_stat(power_w, 1, "n/a").c_str(),
-      format_stat(power_capped, 3, "n/a").c_str(), warmup_spent_ms);
+  // O and LSE of the first contender that computes the default's bits, for the others to equal.
+  std::vector<char> first_o, first_lse;
+  const size_t o_bytes = elements * 2, lse_bytes = size_t(o.heads) * o.tokens * sizeof(float);
+  for (int round = 1; round <= o.rounds; ++round) {
+    for (size_t visit = 0; visit < runs.size(); ++visit) {
+      const Contender& contender = runs[(visit + size_t(round) - 1) % runs.size()];
+      double warmup_spent_ms = 0;
+      for (int i = 0; i < o.warmup || warmup_spent_ms < o.warmup_ms; ++i) warmup_spent_ms += launch(contender);
+      std::vector<float> times;
+      sampler.start(unsigned(device), pci_bus_id);
+      for (int i = 0; i < o.iters; ++i) times.push_back(launch(contender));
+      const bench::GpuClockStats clocks = sampler.stop();
+      std::vector<float> sorted = times;
+      std::sort(sorted.begin(), sorted.end());
+      const float median = sorted[sorted.size() / 2];
+      const double flops = 4.0 * o.block * o.block * o.head_dim * double(nnz);
+      const double density = double(nnz) / (double(o.heads) * q_blocks * kv_blocks);
+      // A statistic NVML could not give (NaN) prints as `missing`: n/a in the text line, null in the JSON line.
+      auto format_stat = [](double value, int decimals, const char* missing) {
+        if (std::isnan(value)) return std::string(missing);
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.*f", decimals, value);
+        return std::string(text);
+      };
+      const double clock_mhz = clocks.mean_sm_clock_mhz, power_w = clocks.mean_power_w;
+      const double power_capped = clocks.power_capped_fraction;
+      char variant_text[160] = "", variant_json[160] = "";
+      if (!o.variants.empty()) {
+        std::snprintf(variant_text, sizeof(variant_text), "variant=%s round=%d ", contender.name.c_str(), round);
+        std::snprintf(variant_json, sizeof(variant_json), "\"variant\": \"%s\", \"round\": %d, ",
+                      contender.name.c_str(), round);
+      }
+      if (!o.json) std::printf(
+          "%skernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s "
+          "traversal=%s l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f sm_clock_mhz=%s power_w=%s "
+          "power_capped=%s warmup_ms=%.1f\n",
+          variant_text, support.kernel.c_str(), std::string(to_string(o.type)).c_str(), o.heads,
+          static_cast<long long>(o.tokens), o.head_dim, o.block, density, static_cast<long long>(nnz),
+          o.dense ? "dense" : o.order.c_str(), std::string(to_string(o.traversal)).c_str(),
+          o.cold_l2 ? "cold" : "warm", median, sorted.front(), sorted.back(), flops / (median * 1e-3) / 1e12,
+          format_stat(clock_mhz, 0, "n/a").c_str(), format_stat(power_w, 1, "n/a").c_str(),
+          format_stat(power_capped, 3, "n/a").c_str(), warmup_spent_ms);
 
-  if (o.json) {
-    const std::string order = o.dense ? "dense" : o.order == "concurrent" ? "concurrent-heads" : o.order;
-    std::printf(
-        "{\"impl\": \"wavealign-kernel\", \"kernel\": \"%s\", \"mode\": \"%s\", \"mask\": \"%s\", \"order\": "
-        "\"%s%s\", \"tokens\": %lld, \"heads\": %d, \"head_dim\": %d, \"block\": %d, \"dtype\": \"%s\", "
-        "\"density\": %.6f, \"nnz_blocks\": %lld, \"l2\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
-        "\"sm_clock_mhz\": %s, \"power_w\": %s, \"power_capped\": %s, \"warmup_ms\": %.1f}\n",
-        support.kernel.c_str(), o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(), order.c_str(),
-        o.traversal == Traversal::kSawtooth ? "+sawtooth" : "", static_cast<long long>(o.tokens), o.heads,
-        o.head_dim, o.block, std::string(to_string(o.type)).c_str(), density, static_cast<long long>(nnz), o.cold_l2 ? "cold" : "warm",
-        median, flops / (median * 1e-3) / 1e12, format_stat(clock_mhz, 1, "null").c_str(),
-        format_stat(power_w, 1, "null").c_str(), format_stat(power_capped, 3, "null").c_str(), warmup_spent_ms);
+      if (o.json) {
+        const std::string order = o.dense ? "dense" : o.order == "concurrent" ? "concurrent-heads" : o.order;
+        std::printf(
+            "{%s\"impl\": \"wavealign-kernel\", \"kernel\": \"%s\", \"mode\": \"%s\", \"mask\": \"%s\", \"order\": "
+            "\"%s%s\", \"tokens\": %lld, \"heads\": %d, \"head_dim\": %d, \"block\": %d, \"dtype\": \"%s\", "
+            "\"density\": %.6f, \"nnz_blocks\": %lld, \"l2\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
+            "\"sm_clock_mhz\": %s, \"power_w\": %s, \"power_capped\": %s, \"warmup_ms\": %.1f}\n",
+            variant_json, support.kernel.c_str(), o.dense ? "dense" : "sparse", o.dense ? "dense" : o.mask.c_str(),
+            order.c_str(), o.traversal == Traversal::kSawtooth ? "+sawtooth" : "", static_cast<long long>(o.tokens),
+            o.heads, o.head_dim, o.block, std::string(to_string(o.type)).c_str(), density,
+            static_cast<long long>(nnz), o.cold_l2 ? "cold" : "warm", median, flops / (median * 1e-3) / 1e12,
+            format_stat(clock_mhz, 1, "null").c_str(), format_stat(power_w, 1, "null").c_str(),
+            format_stat(power_capped, 3, "null").c_str(), warmup_spent_ms);
+      }
+      std::fflush(stdout);
+      if (runs.size() > 1 && (contender.variant == nullptr || contender.variant->same_bits)) {
+        std::vector<char> o_host(o_bytes), lse_host(lse_bytes);
+        WA_BENCH_CUDA(cudaMemcpy(o_host.data(), out, o_bytes, cudaMemcpyDeviceToHost));
+        WA_BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_bytes, cudaMemcpyDeviceToHost));
+        if (first_o.empty()) {
+          first_o = std::move(o_host);
+          first_lse = std::move(lse_host);
+        } else if (o_host != first_o || lse_host != first_lse) {
+          std::fprintf(stderr, "error: variant %s's O or LSE differs from the default's bits\n",
+                       contender.name.c_str());
+          return 3;
+        }
+      }
+    }
   }
-  if (!o.progress_trace.empty()) write_progress_trace(o, workspace, support.kernel, kv_blocks, l2_bytes);
   // A NaN in the output would make the timing meaningless: check a sample of LSE.
   std::vector<float> lse_host(std::min<size_t>(size_t(o.heads) * o.tokens, 1 << 20));
   WA_BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_host.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Summarizes the logs of bench/gpu/run_kernel_variants.sh: median TF/s (and SM clock) per variant and case
-over the timing rounds, the Nsight Compute counts per 128 x 128 block (warp instructions, active and
-not-predicated-off threads per warp, SM cycles), and LOG_DIR/run.json, the runs entry for
-bench/results/h200-kernel-variants.json.
+over the timing rounds (wa_bench_attention --variants lines in variants.jsonl), the Nsight Compute counts per
+128 x 128 block (warp instructions, active and not-predicated-off threads per warp, SM cycles), and
+LOG_DIR/run.json, the record for bench/results/h200-kernel-variants.json.
 
 Usage: bench/gpu/collect_kernel_variants.py LOG_DIR [--commit HASH] [--sms 132]
 """
@@ -20,28 +20,18 @@ NCU_METRICS = {
     "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio": "predicated_on_threads",
     "sm__cycles_elapsed.avg": "sm_cycles",
 }
-CASE_FIELDS = ("variant", "flags", "round", "mode", "mask", "order", "tokens", "heads", "head_dim", "block",
-               "density", "ms", "tflops", "sm_clock_mhz", "power_w", "power_capped")
-COMMAND = ("bench/gpu/run_kernel_variants.sh: wa_bench_attention --model wan2.1-14b --frames 401 --heads 4 "
+CASE_FIELDS = ("variant", "round", "mode", "mask", "order", "tokens", "heads", "head_dim", "block", "density", "ms",
+               "tflops", "sm_clock_mhz", "power_w", "power_capped")
+COMMAND = ("bench/gpu/run_kernel_variants.sh: wa_bench_attention {--model wan2.1-14b --frames 401 --heads 4 "
            "{--mask video --density 0.28 --order wavealign | --mask random --density 0.2 --order wavealign | --dense | "
-           "--mask video --density 0.28 --order original{full}} "
-           "--cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json, and in round 1 --heads 8 --tokens 32768 --dense "
-           "{--head-dim 64 | --block 64}; one build per variant, rounds in rotated variant order, one machine")
-
-
-# The full mask through the sparse path, a fifth case where run_kernel_variants.sh had WA_VARIANT_FULL_MASK=1.
-FULL_MASK_CASE = " | --mask random --density 1.0 --order original"
+           "--mask video --density 0.28 --order original} | --heads 8 --tokens 32768 --dense {--head-dim 64 | "
+           "--block 64}} --variants {variants} --rounds 2 --cold-l2 --warmup 1 --warmup-ms 2000 --iters 5 --json; "
+           "one build with -DWA_BUILD_KERNEL_VARIANTS=ON, one machine")
 
 
 def command_of(runs):
-    """COMMAND with the cases the runs hold: the full-mask case only where it was run."""
-    full = any(r.get("mode") != "dense" and r.get("mask") == "random" and r.get("density") == 1.0 for r in runs)
-    return COMMAND.replace("{full}", FULL_MASK_CASE if full else "")
-
-
-def file_name(variant):
-    """The variant's name in log file names ('+' is not used in file names)."""
-    return variant.replace("+", "_")
+    """COMMAND with the variants the runs hold, in first-seen order."""
+    return COMMAND.replace("{variants}", ",".join(dict.fromkeys(r["variant"] for r in runs)))
 
 
 def case_of(run):
@@ -143,7 +133,7 @@ def main(argv=None):
     print("\nncu, one launch each: warp instructions per 128 x 128 block, active / not-predicated-off threads per"
           " warp, SM cycles per block")
     for variant in table:
-        path = args.logs / f"ncu_{file_name(variant)}.txt"
+        path = args.logs / f"ncu_{variant}.txt"
         if not path.exists():
             continue
         for label, v in read_ncu(path, args.sms):

@@ -42,8 +42,8 @@ enum class ElementType { kBf16, kFp16 };
 enum class KernelPath { kAuto, kSm90, kSm80 };
 
 /// One attention call over a batch. Q, K, V, O are [batch, heads, tokens, head_dim] with the given strides
-/// (elements; the last dimension contiguous); each tensor has its own batch stride, and all share the head
-/// and token strides. LSE is [batch, heads, tokens] float32 (natural log), contiguous. The mask is CSR in
+/// (elements; the last dimension contiguous; the stride of a dimension of size 1 is ignored); each tensor has
+/// its own batch stride, and all share the head and token strides. LSE is [batch, heads, tokens] float32 (natural log), contiguous. The mask is CSR in
 /// the original row order over `mask_heads` heads: row r = mask head * q_blocks + query block, ascending KV
 /// indices. mask_heads = heads shares one mask across the batch; mask_heads = batch * heads gives every
 /// batch entry its own; mask_heads = 1 shares one head's mask across all (mask_heads_fit, schedule.h). The
@@ -86,7 +86,8 @@ struct SparseAttentionArgs {
 /// Answers "can this run here?" with the same dispatch the launch uses; `reason` names what is missing.
 /// Supported: the configurations of WA_ATTENTION_KERNELS (bf16/fp16, head_dim 128/64, blocks 128x128 and
 /// 64x64), sm_80 or newer (Hopper kernel on sm_90).
-/// device -1 = the current device. Looks at the shape, dtype, block, path and device only, not the pointers.
+/// device -1 = the current device. Looks at the shape, dtype, block, path and device only, not the pointers
+/// or strides (can_implement looks at those too).
 struct Support {
   bool supported = false;
   std::string reason;
@@ -94,11 +95,37 @@ struct Support {
 };
 Support query_support(const SparseAttentionArgs& args, int device = -1);
 
+/// can_implement's answer. ok: the call runs as given. needs_contiguous: the configuration runs, but these
+/// strides or alignments cannot be read (O written) in place; the same call with q, k, v and o contiguous and
+/// 16-byte aligned (every stride 0) runs. Neither: `reason` says what no layout fixes.
+struct Implementation {
+  bool ok = false;
+  bool needs_contiguous = false;
+  std::string argument;  // the SparseAttentionArgs field at fault; empty when ok or when the device or build is
+  std::string reason;    // empty when ok
+  std::string kernel;    // the kernel that runs the configuration (query_support's name); empty without one
+};
+
+/// The one check of an attention call before any launch, used by every entrance: check_arguments, then the
+/// kernel dispatch of query_support. Pointers are optional (a null q, k, v or o is not looked at, so a caller
+/// may ask before it allocates O); the mask, schedule and workspace pointers are not looked at. sparse_attention
+/// refuses exactly what this refuses (and null pointers), naming the same argument.
+Implementation can_implement(const SparseAttentionArgs& args, int device = -1);
+
+/// The part of can_implement that needs no device and no kernel list, so a build without the CUDA kernels
+/// answers it too: the shapes (batch, heads, tokens, head_dim, block, mask_heads, scale, traversal), then
+/// whether q, k, v, o can be read in place: 16-byte aligned rows (base addresses and every stride that is
+/// stepped over, i.e. of a dimension of size > 1, a multiple of 8 elements), tokens at least head_dim apart,
+/// positive strides, and O's rows distinct (two CTAs writing one element would make O depend on timing).
+/// A stride of a size-1 dimension is never stepped over and is ignored. `kernel` stays empty.
+Implementation check_arguments(const SparseAttentionArgs& args);
+
 /// Bytes of device workspace the call needs (the ticket counter); allocate once and reuse.
 size_t workspace_bytes(const SparseAttentionArgs& args);
 
 /// Launches the kernel. workspace: device memory of workspace_bytes(args), any content (the call resets it
-/// on the stream). Throws InvalidArgument naming the argument, or Error for an unsupported configuration.
+/// on the stream). Throws InvalidArgument naming the argument (what can_implement refuses, and null pointers),
+/// or Error for a configuration this device or build does not run.
 void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream stream);
 
 }  // namespace wavealign::cuda

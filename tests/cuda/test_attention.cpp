@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "attention_harness.h"
-#include "cuda/attention/progress_trace.h"
 
 namespace wavealign::cuda::testing {
 namespace {
@@ -294,65 +293,6 @@ TEST(Attention, InvalidMaskRecordWritesNaNAndReadsNoMask) {
       EXPECT_EQ(finite_o, 0u) << "O elements not NaN";
       EXPECT_EQ(finite_lse, 0u) << "LSE elements not NaN";
       EXPECT_EQ(out.padding_written, 0u) << "writes into stride padding";
-    }
-  }
-}
-
-// A -DWA_SM90_PROGRESS_TRACE=ON build (benchmarks only, progress_trace.h) records each item's walk: one record
-// per 32 walk positions with the item's ticket, head, query block, position and K/V block, in time order per
-// CTA; every non-empty item is walked by exactly one CTA. 2 heads x 79 query blocks (158 items on 132 or more
-// CTAs) at density 0.8 give rows of ~63 blocks, so two records each.
-TEST(Attention, ProgressTraceRecordsEachWalk) {
-  if constexpr (!detail::kProgressTrace) {
-    GTEST_SKIP() << "this build records no progress trace (configure with -DWA_SM90_PROGRESS_TRACE=ON)";
-  } else {
-    WA_REQUIRE_GPU();
-    const KernelShape shape{ElementType::kBf16, 128, 128};
-    const std::vector<KernelPath> paths = paths_here(shape);
-    if (std::find(paths.begin(), paths.end(), KernelPath::kSm90) == paths.end())
-      GTEST_SKIP() << "no sm90 kernel on this device";
-    const Problem problem = make_problem(2, 10000, 128, 128, ElementType::kBf16, 0.8, 5);
-    const int q_blocks = problem.shape.q_blocks();
-    const Schedule schedule = original_schedule(2, q_blocks, HeadOrder::kSequential);
-    GpuProblem gpu(problem);
-    gpu.run(schedule, Traversal::kAscending, KernelPath::kSm90);
-
-    using detail::ProgressRecord;
-    std::vector<uint32_t> counts(detail::kProgressTraceCtas);
-    std::vector<ProgressRecord> records(size_t(detail::kProgressTraceCtas) * detail::kProgressTraceRecordsPerCta);
-    const char* base = static_cast<const char*>(gpu.workspace());
-    ASSERT_EQ(cudaMemcpy(counts.data(), base + detail::kProgressTraceOffset, counts.size() * 4, cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(records.data(), base + detail::kProgressTraceRecordsOffset,
-                         records.size() * sizeof(ProgressRecord), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    const CsrMask csr = problem.mask.to_csr();
-    std::vector<int> walked_by(schedule.items.size(), -1);
-    std::vector<int> next_position(schedule.items.size(), 0);
-    for (int cta = 0; cta < detail::kProgressTraceCtas; ++cta) {
-      ASSERT_LE(counts[cta], uint32_t(detail::kProgressTraceRecordsPerCta)) << "cta " << cta;
-      for (uint32_t i = 0; i < counts[cta]; ++i) {
-        const ProgressRecord& r = records[size_t(cta) * detail::kProgressTraceRecordsPerCta + i];
-        SCOPED_TRACE("cta " + std::to_string(cta) + " record " + std::to_string(i));
-        if (i > 0) EXPECT_GE(r.time_ns, records[size_t(cta) * detail::kProgressTraceRecordsPerCta + i - 1].time_ns);
-        ASSERT_GE(r.ticket, 0);
-        ASSERT_LT(r.ticket, int(schedule.items.size()));
-        EXPECT_EQ(r.head, schedule.items[r.ticket].head);
-        EXPECT_EQ(r.q_block, schedule.items[r.ticket].q_block);
-        if (walked_by[r.ticket] < 0) walked_by[r.ticket] = cta;
-        EXPECT_EQ(walked_by[r.ticket], cta) << "item walked by two CTAs";
-        EXPECT_EQ(r.position, next_position[r.ticket]);
-        next_position[r.ticket] = r.position + detail::kProgressTraceEvery;
-        const int64_t row = int64_t(r.head) * q_blocks + r.q_block;
-        ASSERT_LT(csr.row_ptr[row] + r.position, csr.row_ptr[row + 1]);
-        EXPECT_EQ(r.block, csr.col_idx[csr.row_ptr[row] + r.position]);
-      }
-    }
-    for (size_t t = 0; t < schedule.items.size(); ++t) {
-      const int64_t row = int64_t(schedule.items[t].head) * q_blocks + schedule.items[t].q_block;
-      const int64_t n_blocks = csr.row_ptr[row + 1] - csr.row_ptr[row];
-      const int64_t records_expected = (n_blocks + detail::kProgressTraceEvery - 1) / detail::kProgressTraceEvery;
-      EXPECT_EQ(next_position[t], records_expected * detail::kProgressTraceEvery) << "item " << t;
     }
   }
 }

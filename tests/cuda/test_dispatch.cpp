@@ -1,10 +1,9 @@
-// query_support and argument checks: the dispatch answers with a reason naming what is missing, over the
-// kernel list of attention.h. The shape checks need no GPU; the device-dependent answers skip visibly without
-// one.
+// query_support, can_implement and argument checks: the dispatch answers with a reason naming what is missing,
+// over the kernel list of attention.h. The shape checks need no GPU; the device-dependent answers skip visibly
+// without one.
 #include <gtest/gtest.h>
 
 #include "attention_harness.h"
-#include "cuda/attention/progress_trace.h"
 
 namespace wavealign::cuda::testing {
 namespace {
@@ -94,28 +93,71 @@ TEST(QuerySupport, Sm90PathNeedsSm90) {
   }
 }
 
+// Without a usable device the reason says so; a machine without an NVIDIA driver reports
+// cudaErrorInsufficientDriver, whose own text ("CUDA driver version is insufficient ...") reads as "upgrade the
+// driver".
 TEST(QuerySupport, NoDeviceIsAReason) {
   if (gpu_unavailable_reason().empty()) GTEST_SKIP() << "a CUDA device is present";
-  const Support support = query_support(supported_args());
-  EXPECT_FALSE(support.supported);
-  EXPECT_NE(support.reason.find("no CUDA device"), std::string::npos) << support.reason;
+  for (int round = 0; round < 2; ++round) {  // the second answer comes from the per-process device record
+    const Support support = query_support(supported_args());
+    EXPECT_FALSE(support.supported);
+    EXPECT_EQ(support.reason.rfind("no CUDA device: ", 0), 0u) << support.reason;
+    EXPECT_EQ(support.reason.find("driver version is insufficient"), std::string::npos) << support.reason;
+  }
 }
 
-// The workspace is the ticket counter's 16 bytes; only measurement builds add the K/V pacer's counters and the
-// progress trace behind it.
-TEST(SparseAttention, WorkspaceIsTheTicketUnlessTracing) {
-  const size_t expected = 16 + detail::kKvPacerBytes + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
-  EXPECT_EQ(workspace_bytes(supported_args()), expected);
-  if (!detail::kKvPacer && !detail::kProgressTrace) EXPECT_EQ(workspace_bytes(supported_args()), 16u);
+TEST(SparseAttention, WorkspaceIsTheTicket) { EXPECT_EQ(workspace_bytes(supported_args()), 16u); }
+
+// can_implement names the field that no kernel takes, before it looks for a device.
+TEST(CanImplement, NamesTheUnsupportedField) {
+  SparseAttentionArgs args = supported_args();
+  args.head_dim = 96;
+  Implementation answer = can_implement(args);
+  EXPECT_FALSE(answer.ok);
+  EXPECT_FALSE(answer.needs_contiguous);
+  EXPECT_EQ(answer.argument, "head_dim");
+  EXPECT_EQ(answer.reason, query_support(args).reason);
+  args = supported_args();
+  args.block = BlockShape{32, 32};
+  EXPECT_EQ(can_implement(args).argument, "block");
+  args = supported_args();
+  args.batch = 0;
+  answer = can_implement(args);
+  EXPECT_EQ(answer.argument, "batch");
+  EXPECT_FALSE(answer.needs_contiguous);
 }
 
-// Argument checks run before the device is looked at, so they need no GPU.
+// On a device: contiguous tensors run as given, strided ones that cannot be read in place need contiguous
+// copies of a configuration that runs; without one, nothing runs.
+TEST(CanImplement, StridesAskForContiguousTensorsOfAConfigurationThatRuns) {
+  SparseAttentionArgs args = supported_args();
+  args.token_stride = 130;
+  const Implementation strided = can_implement(args);
+  EXPECT_FALSE(strided.ok);
+  const Implementation contiguous = can_implement(supported_args());
+  if (!gpu_unavailable_reason().empty()) {
+    EXPECT_FALSE(contiguous.ok);
+    EXPECT_FALSE(strided.needs_contiguous);
+    EXPECT_EQ(strided.reason.rfind("no CUDA device: ", 0), 0u) << strided.reason;
+    GTEST_SKIP() << "no CUDA device: " << gpu_unavailable_reason();
+  }
+  EXPECT_TRUE(contiguous.ok) << contiguous.reason;
+  EXPECT_EQ(contiguous.kernel, query_support(supported_args()).kernel);
+  EXPECT_TRUE(strided.needs_contiguous) << strided.reason;
+  EXPECT_EQ(strided.argument, "token_stride");
+  EXPECT_EQ(strided.kernel, contiguous.kernel);
+}
+
+// Argument checks run before the device is looked at, so they need no GPU. Each refusal names the argument
+// that can_implement's device-free part (check_arguments) names.
 TEST(SparseAttention, NamesBadArguments) {
   char workspace[16];
   auto rejected = [&](const SparseAttentionArgs& args) -> std::string {
     try {
       sparse_attention(args, workspace, nullptr);
     } catch (const InvalidArgument& error) {
+      const Implementation checked = check_arguments(args);
+      if (!checked.ok) EXPECT_EQ(error.argument(), checked.argument);
       return error.argument();
     }
     return "(accepted)";

@@ -1,5 +1,5 @@
-"""bench/gpu/collect_kernel_variants.py on synthetic logs of run_kernel_variants.sh: medians per variant and
-case, ncu counts per 128 x 128 block, run.json."""
+"""bench/gpu/collect_kernel_variants.py on synthetic logs of run_kernel_variants.sh (wa_bench_attention --variants
+lines): medians per variant and case, ncu counts per 128 x 128 block, run.json."""
 
 import importlib.util
 import json
@@ -14,12 +14,12 @@ spec.loader.exec_module(collect)
 
 
 def bench_line(variant, round_, mode, tflops, clock=1500.0):
-    run = {"impl": "wavealign-kernel", "mode": mode, "mask": "dense" if mode == "dense" else "video",
+    run = {"variant": variant, "round": round_, "impl": "wavealign-kernel", "mode": mode, "mask": "dense" if mode == "dense" else "video",
            "order": "dense" if mode == "dense" else "wavealign", "tokens": 363600, "heads": 4, "head_dim": 128,
            "block": 128,
            "density": 1.0 if mode == "dense" else 0.28, "nnz_blocks": 100, "ms": 1.0, "tflops": tflops,
            "sm_clock_mhz": clock, "power_w": 699.0, "power_capped": 1.0}
-    return json.dumps({"variant": variant, "flags": "-DX=ON", "round": round_, **run})
+    return json.dumps(run)
 
 
 NCU = '''# case dense 8x32768
@@ -38,31 +38,29 @@ NCU = '''# case dense 8x32768
 
 def test_summary_and_run_json(tmp_path, capsys):
     lines = [bench_line("default", 1, "dense", 600.0), bench_line("default", 2, "dense", 610.0),
-             bench_line("default", 1, "sparse", 500.0), bench_line("uniform+exact", 1, "dense", 640.0, None)]
+             bench_line("default", 1, "sparse", 500.0), bench_line("kv-in-order", 1, "dense", 640.0, None)]
     (tmp_path / "variants.jsonl").write_text("\n".join(lines) + "\n")
-    (tmp_path / "ncu_uniform_exact.txt").write_text(NCU)
+    (tmp_path / "ncu_kv-in-order.txt").write_text(NCU)
     collect.main([str(tmp_path), "--commit", "abc1234"])
     out = capsys.readouterr().out
     table = collect.timing_table(collect.read_runs(tmp_path))
     assert table["default"]["dense"] == (605.0, 1500.0, 2)
     assert table["default"]["video 0.28 wavealign"] == (500.0, 1500.0, 1)
-    assert table["uniform+exact"]["dense"] == (640.0, None, 1)
+    assert table["kv-in-order"]["dense"] == (640.0, None, 1)
     assert "605.0 (1500) x2" in out and "640.0 x1" in out
     # 2,097,152,000 instructions / 524,288 blocks; 10,485,760 cycles x 132 SMs / 524,288 blocks. The second
     # case has no metrics (the profile was cut short) and is left out.
-    assert "uniform+exact              dense 8x32768" in out and "    4000  31.23 / 30.82     2640" in out
+    assert "kv-in-order                dense 8x32768" in out and "    4000  31.23 / 30.82     2640" in out
     assert "video 0.28 wavealign" not in out.split("ncu, one launch")[1]
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["commit"] == "abc1234" and len(run["cases"]) == 4
     assert run["cases"][0]["variant"] == "default" and run["cases"][0]["round"] == 1
+    assert "--variants default,kv-in-order --rounds 2" in run["command"]
 
 
-def test_command_names_the_full_mask_case_only_where_it_ran():
-    sparse = json.loads(bench_line("default", 1, "sparse", 500.0))
-    full = dict(sparse, mask="random", density=1.0, order="original")
-    assert "--density 1.0" not in collect.command_of([sparse])
-    assert "--mask video --density 0.28 --order original} " in collect.command_of([sparse])
-    assert "--order original | --mask random --density 1.0 --order original} " in collect.command_of([sparse, full])
+def test_command_names_the_variants_that_ran():
+    runs = [json.loads(bench_line(v, 1, "dense", 600.0)) for v in ("kv-in-order", "default", "kv-in-order")]
+    assert "--variants kv-in-order,default " in collect.command_of(runs)
 
 
 def test_case_labels():

@@ -169,3 +169,80 @@ def test_no_phases_without_the_landmarks(tmp_path):
     consumer = sass_census.report(listing.read_text(), "fwd_kernel_sm90", 4, "src/cuda/")[
         "fwd_kernel_sm90_test"]["consumer_per_warp_per_block"]
     assert "main_stall_cycles_by_phase" not in consumer
+
+
+# `cuobjdump -sass` listings for --compare: two architectures, an anonymous namespace with nvcc's hash.
+LISTING = """
+Fatbin elf code:
+================
+arch = sm_90a
+\tcode for sm_90
+\t\tFunction : _ZN2wa44_GLOBAL__N__{hash}_6kernel_cuE1fv
+\t.headerflags\t@"EF_CUDA_SM90"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                   /* 0x00000a00ff017b82 */
+                                                                          /* 0x000fe20000000800 */
+        /*0010*/                   {first} ;                                /* 0x0000000000007919 */
+        /*0020*/                   {second} ;                               /* 0x0000000000007919 */
+        /*0030*/                   EXIT ;                                   /* 0x000000000000794d */
+\t\tFunction : _ZN2wa6kernelI{tuning}EEvv
+        /*0000*/                   @!P0 BRA 0x40 ;                          /* 0x0000000000007947 */
+        /*0010*/                   EXIT ;                                   /* 0x000000000000794d */
+Fatbin elf code:
+================
+arch = sm_80
+\tcode for sm_80
+\t\tFunction : _ZN2wa44_GLOBAL__N__{hash}_6kernel_cuE1fv
+        /*0000*/                   EXIT ;                                   /* 0x000000000000794d */
+"""
+
+
+def listing(hash_="81c321ef", first="S2R R14, SR_TID.X", second="IADD3 R2, R14, 0x1, RZ", tuning="Li1E"):
+    return LISTING.format(hash=hash_, first=first, second=second, tuning=tuning)
+
+
+def test_sass_functions_per_architecture_without_addresses_and_hashes():
+    functions = sass_census.sass_functions(listing())
+    assert set(functions) == {("sm_90", "_ZN2wa44_GLOBAL__N__6kernel_cuE1fv"), ("sm_90", "_ZN2wa6kernelILi1EEEvv"),
+                              ("sm_80", "_ZN2wa44_GLOBAL__N__6kernel_cuE1fv")}
+    assert functions[("sm_90", "_ZN2wa44_GLOBAL__N__6kernel_cuE1fv")] == [
+        "LDC R1, c[0x0][0x28]", "S2R R14, SR_TID.X", "IADD3 R2, R14, 0x1, RZ", "EXIT"]
+    assert functions[("sm_90", "_ZN2wa6kernelILi1EEEvv")] == ["@!P0 BRA 0x40", "EXIT"]
+    renamed = sass_census.sass_functions(listing(tuning="Li1ENS_6TuningE"), [("NS_6TuningE", "")])
+    assert ("sm_90", "_ZN2wa6kernelILi1EEEvv") in renamed
+
+
+def test_compare_function_verdicts():
+    a = ["S2R R14, SR_TID.X", "IADD3 R2, R14, 0x1, RZ", "EXIT"]
+    assert sass_census.compare_function(a, list(a)) == ("identical", None)
+    assert sass_census.compare_function(a, [a[1], a[0], a[2]]) == ("reordered", None)
+    assert sass_census.compare_function(a, ["S2R R15, SR_TID.X", "IADD3 R2, R15, 0x1, RZ", "EXIT"]) == \
+        ("reallocated", None)
+    assert sass_census.compare_function(a, ["S2R R14, SR_TID.X", "@P0 IADD3 R2, R14, 0x2, RZ", "EXIT"]) == \
+        ("reallocated", None)
+    verdict, delta = sass_census.compare_function(a, ["S2R R14, SR_TID.X", "NOP", "EXIT"])
+    assert verdict == "different" and delta == {"IADD3": -1, "NOP": 1}
+
+
+def test_compare_builds(tmp_path, capsys):
+    # A stand-in for cuobjdump: `-sass FILE` prints the listing stored in FILE.
+    tool = tmp_path / "cuobjdump"
+    tool.write_text("#!/bin/sh\ncat \"$2\"\n")
+    tool.chmod(0o755)
+    for side, hash_, second, tuning in (("base", "81c321ef", "IADD3 R2, R14, 0x1, RZ", "Li1E"),
+                                        ("new", "1d6bd670", "IADD3 R2, R14, 0x2, RZ", "Li1ENS_6TuningE")):
+        (tmp_path / side / "dir").mkdir(parents=True)
+        (tmp_path / side / "dir" / "kernel.cu.o").write_text(listing(hash_, second=second, tuning=tuning))
+    (tmp_path / "base" / "dir" / "only_base.cu.o").write_text(listing())
+    sass_census.main([str(tmp_path / "new"), "--compare", str(tmp_path / "base"), "--cuobjdump", str(tool),
+                      "--rename", "NS_6TuningE="])
+    out = capsys.readouterr().out
+    assert "dir/kernel.cu.o: 3 functions: 2 identical, 1 reallocated" in out
+    assert "reallocated [sm_90] _ZN2wa44_GLOBAL__N__6kernel_cuE1fv" in out
+    assert "dir/only_base.cu.o: no counterpart in the new build" in out
+    assert out.rstrip().endswith("total: 2 identical, 1 missing objects, 1 reallocated")
+    # Without the rename the tuned kernel has no partner on either side.
+    sass_census.main([str(tmp_path / "new" / "dir" / "kernel.cu.o"), "--compare",
+                      str(tmp_path / "base" / "dir" / "kernel.cu.o"), "--cuobjdump", str(tool)])
+    out = capsys.readouterr().out
+    assert "only in base [sm_90] _ZN2wa6kernelILi1EEEvv" in out
+    assert "only in new [sm_90] _ZN2wa6kernelILi1ENS_6TuningEEEvv" in out

@@ -4,24 +4,27 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attention/args.h"
 #include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
-#include "cuda/attention/progress_trace.h"
 #include "wavealign/attention.h"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda {
 namespace {
 
+using detail::AttentionLayout;
 using detail::AttentionParams;
 using detail::LaunchFn;
+
+// The workspace: one 32-bit ticket counter, padded to an alignment every allocator gives.
+constexpr size_t kTicketBytes = 16;
 
 struct KernelEntry {
   KernelPath family;  // kSm90 or kSm80
@@ -88,44 +91,82 @@ const KernelEntry* find_entry(KernelPath family, ElementType element, int head_d
   return nullptr;
 }
 
+/// The devices' compute capabilities, read once per process: a warm call queries neither the device count nor
+/// an attribute (the visible devices cannot change while the process runs).
+struct DeviceTable {
+  std::string reason;  // why there is no usable device; empty when there is one
+  std::vector<std::pair<int, int>> devices;  // (major, minor) of each visible device
+};
+
+/// Why the runtime sees no device, for a reason that starts "no CUDA device: ". cudaErrorInsufficientDriver's
+/// own text ("CUDA driver version is insufficient for CUDA runtime version") reads as "upgrade the driver",
+/// while on most machines that report it there is no GPU driver at all.
+std::string no_device_reason(cudaError_t status) {
+  if (status == cudaErrorInsufficientDriver)
+    return "no usable CUDA driver/GPU (cudaErrorInsufficientDriver): no NVIDIA driver is loaded, or it is older "
+           "than this build's CUDA runtime";
+  return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+}
+
+const DeviceTable& device_table() {
+  static const DeviceTable table = [] {
+    DeviceTable read;
+    int devices = 0;
+    const cudaError_t status = cudaGetDeviceCount(&devices);
+    if (status != cudaSuccess) {
+      cudaGetLastError();  // this error is not sticky: clear it so later runtime calls start clean
+      read.reason = no_device_reason(status);
+      return read;
+    }
+    if (devices == 0) read.reason = "none visible";
+    for (int device = 0; device < devices; ++device) {
+      int major = 0, minor = 0;
+      WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      read.devices.emplace_back(major, minor);
+    }
+    return read;
+  }();
+  return table;
+}
+
 struct Selection {
   const KernelEntry* entry = nullptr;
   std::string reason;
+  std::string argument;  // the SparseAttentionArgs field that no kernel takes; empty when the device is why
 };
 
-Selection unsupported(std::string reason) { return {nullptr, std::move(reason)}; }
+Selection unsupported(std::string reason, std::string argument = "") {
+  return {nullptr, std::move(reason), std::move(argument)};
+}
 
 Selection select_kernel(const SparseAttentionArgs& args, int device) {
   if (!compiled([&](const KernelEntry& e) { return e.element == args.element_type; }))
     return unsupported("element_type " + std::to_string(int(args.element_type)) + " is not supported (" +
-                       compiled_values([](const KernelEntry& e) { return std::string(to_string(e.element)); }) + ")");
+                       compiled_values([](const KernelEntry& e) { return std::string(to_string(e.element)); }) + ")",
+                       "element_type");
   if (!compiled([&](const KernelEntry& e) { return e.head_dim == args.head_dim; }))
     return unsupported("head_dim " + std::to_string(args.head_dim) + " is not supported (supported: " +
-                       compiled_values([](const KernelEntry& e) { return std::to_string(e.head_dim); }) + ")");
+                       compiled_values([](const KernelEntry& e) { return std::to_string(e.head_dim); }) + ")",
+                       "head_dim");
   const int block = args.block.q_block;
   if (args.block.q_block != args.block.kv_block || !compiled([&](const KernelEntry& e) { return e.block == block; }))
     return unsupported("block " + std::to_string(args.block.q_block) + "x" + std::to_string(args.block.kv_block) +
                        " is not supported (supported: " + compiled_values([](const KernelEntry& e) {
                          return std::to_string(e.block) + "x" + std::to_string(e.block);
-                       }) + ")");
+                       }) + ")",
+                       "block");
   if (args.path != KernelPath::kAuto && args.path != KernelPath::kSm90 && args.path != KernelPath::kSm80)
-    return unsupported("path " + std::to_string(int(args.path)) + " is not a kernel path");
+    return unsupported("path " + std::to_string(int(args.path)) + " is not a kernel path", "path");
 
-  int devices = 0;
-  const cudaError_t count_status = cudaGetDeviceCount(&devices);
-  if (count_status != cudaSuccess) {
-    cudaGetLastError();  // this error is not sticky: clear it so later runtime calls start clean
-    return unsupported(std::string("no CUDA device: ") + cudaGetErrorString(count_status));
-  }
-  if (devices == 0) return unsupported("no CUDA device: none visible");
+  const DeviceTable& table = device_table();
+  if (!table.reason.empty()) return unsupported("no CUDA device: " + table.reason);
   if (device < 0) WA_CUDA_CHECK(cudaGetDevice(&device));
+  const int devices = int(table.devices.size());
   if (device >= devices)
     return unsupported("device " + std::to_string(device) + " does not exist (" + std::to_string(devices) +
                        " visible)");
-  int major = 0;
-  int minor = 0;
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const auto [major, minor] = table.devices[size_t(device)];
   const std::string arch = "sm_" + std::to_string(major) + std::to_string(minor);
   if (major < 8) return unsupported("needs compute capability 8.0 or newer; device " + std::to_string(device) + " is " + arch);
 
@@ -145,112 +186,24 @@ Selection select_kernel(const SparseAttentionArgs& args, int device) {
   return {entry, ""};
 }
 
-/// The strides and mask heads of a call with the defaults (0) filled in.
-struct Layout {
-  int mask_heads = 0;
-  int64_t token_stride = 0;
-  int64_t head_stride = 0;
-  int64_t q_batch_stride = 0, k_batch_stride = 0, v_batch_stride = 0, o_batch_stride = 0;
-};
-
-Layout resolve_layout(const SparseAttentionArgs& args) {
-  Layout layout;
-  layout.mask_heads = args.mask_heads != 0 ? args.mask_heads : args.heads;
-  layout.token_stride = args.token_stride != 0 ? args.token_stride : args.head_dim;
-  layout.head_stride = args.head_stride != 0 ? args.head_stride : args.tokens * layout.token_stride;
-  const int64_t entry = int64_t(args.heads) * layout.head_stride;
-  layout.q_batch_stride = args.q_batch_stride != 0 ? args.q_batch_stride : entry;
-  layout.k_batch_stride = args.k_batch_stride != 0 ? args.k_batch_stride : entry;
-  layout.v_batch_stride = args.v_batch_stride != 0 ? args.v_batch_stride : entry;
-  layout.o_batch_stride = args.o_batch_stride != 0 ? args.o_batch_stride : entry;
-  return layout;
-}
-
-/// Whether O's (batch, heads, tokens, head_dim) elements all have distinct addresses: sorted by stride, every
-/// dimension of size > 1 must step over the whole extent of the ones below it. Two CTAs writing one element
-/// would make the result depend on timing.
-bool output_overlaps(const SparseAttentionArgs& args, const Layout& layout) {
-  std::pair<int64_t, int64_t> dims[] = {{1, args.head_dim},
-                                        {layout.token_stride, args.tokens},
-                                        {layout.head_stride, args.heads},
-                                        {layout.o_batch_stride, args.batch}};
-  std::sort(std::begin(dims), std::end(dims));
-  int64_t extent = 1;  // elements spanned by the dimensions below
-  for (const auto& [stride, size] : dims) {
-    if (size == 1) continue;
-    if (stride < extent) return true;
-    extent = stride * (size - 1) + extent;
-  }
-  return false;
-}
-
+/// sparse_attention's checks: what can_implement checks without a device, then the pointers it leaves optional.
 void validate(const SparseAttentionArgs& args, const void* workspace) {
-  WA_CHECK_ARG(args.batch > 0, "batch", "must be > 0, got ", args.batch);
-  WA_CHECK_ARG(args.heads > 0, "heads", "must be > 0, got ", args.heads);
-  WA_CHECK_ARG(args.tokens > 0 && args.tokens <= INT_MAX, "tokens", "must be in 1..", INT_MAX, ", got ", args.tokens);
-  WA_CHECK_ARG(args.block.q_block > 0 && args.block.kv_block > 0, "block", "must be positive");
-  const int64_t q_blocks = blocks_for(args.tokens, args.block.q_block);
-  WA_CHECK_ARG(int64_t(args.batch) * args.heads * q_blocks <= INT_MAX, "batch",
-               "batch * heads * q_blocks = ", int64_t(args.batch) * args.heads * q_blocks, " exceeds int32");
-  const Layout layout = resolve_layout(args);
-  WA_CHECK_ARG(mask_heads_fit(layout.mask_heads, args.batch, args.heads), "mask_heads", "must be heads = ",
-               args.heads, " (one mask for the batch), batch * heads = ", int64_t(args.batch) * args.heads,
-               " (one per entry) or 1 (one head for all), got ", layout.mask_heads);
-  WA_CHECK_ARG(std::isfinite(args.scale) && args.scale >= 0, "scale", "must be finite and >= 0 (0 = 1/sqrt(d))");
   for (const auto& [pointer, name] : {std::pair<const void*, const char*>{args.q, "q"}, {args.k, "k"}, {args.v, "v"},
-                                      {static_cast<const void*>(args.o), "o"}}) {
+                                      {static_cast<const void*>(args.o), "o"}})
     WA_CHECK_ARG(pointer != nullptr, name, "is null");
-    // 16-byte vector loads and TMA both need 16-byte aligned rows.
-    WA_CHECK_ARG(reinterpret_cast<uintptr_t>(pointer) % 16 == 0, name, "must be 16-byte aligned");
-  }
-  WA_CHECK_ARG(layout.token_stride >= args.head_dim && layout.token_stride % 8 == 0, "token_stride",
-               "must be >= head_dim and a multiple of 8 elements (16 bytes), got ", layout.token_stride);
-  WA_CHECK_ARG(layout.head_stride > 0 && layout.head_stride % 8 == 0, "head_stride",
-               "must be a positive multiple of 8 elements (16 bytes), got ", layout.head_stride);
-  for (const auto& [stride, name] : {std::pair<int64_t, const char*>{layout.q_batch_stride, "q_batch_stride"},
-                                     {layout.k_batch_stride, "k_batch_stride"},
-                                     {layout.v_batch_stride, "v_batch_stride"},
-                                     {layout.o_batch_stride, "o_batch_stride"}})
-    WA_CHECK_ARG(stride > 0 && stride % 8 == 0, name, "must be a positive multiple of 8 elements (16 bytes), got ",
-                 stride);
-  WA_CHECK_ARG(!output_overlaps(args, layout), "o",
-               "has overlapping rows: batch, head and token strides (", layout.o_batch_stride, ", ",
-               layout.head_stride, ", ", layout.token_stride, ") do not separate ", args.batch, " x ", args.heads,
-               " x ", args.tokens, " rows of ", args.head_dim, " elements");
+  const Implementation checked = check_arguments(args);
+  if (!checked.ok) throw InvalidArgument(checked.argument, checked.reason);
   if (!args.dense) {
     WA_CHECK_ARG(args.row_ptr != nullptr, "row_ptr", "is null (pass dense = true for a dense call)");
     WA_CHECK_ARG(args.col_idx != nullptr, "col_idx", "is null (pass dense = true for a dense call)");
   }
   WA_CHECK_ARG(args.schedule != nullptr, "schedule", "is null");
-  WA_CHECK_ARG(args.traversal == Traversal::kAscending || args.traversal == Traversal::kSawtooth, "traversal",
-               "unknown value");
   WA_CHECK_ARG(workspace != nullptr, "workspace", "is null (allocate workspace_bytes(args))");
 }
 
-}  // namespace
-
-Support query_support(const SparseAttentionArgs& args, int device) {
-  const Selection selection = select_kernel(args, device);
-  Support support;
-  support.supported = selection.entry != nullptr;
-  support.reason = selection.reason;
-  if (selection.entry != nullptr) support.kernel = kernel_name(*selection.entry);
-  return support;
-}
-
-size_t workspace_bytes(const SparseAttentionArgs&) {
-  // One 32-bit ticket counter, padded to an alignment every allocator gives; then, in a build with the K/V
-  // pacer or the progress trace (measurement builds), their counters and records (kv_pacer.h,
-  // progress_trace.h).
-  return detail::kProgressTraceOffset + (detail::kProgressTrace ? detail::kProgressTraceBytes : 0);
-}
-
-void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream stream) {
-  validate(args, workspace);
-  const Selection selection = select_kernel(args, -1);
-  WA_CHECK(selection.entry != nullptr, "sparse_attention: unsupported configuration: ", selection.reason);
-
-  const Layout layout = resolve_layout(args);
+/// The kernel's parameters from a validated call, the ticket reset on the stream, then the launch.
+void launch_validated(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch) {
+  const AttentionLayout layout = detail::resolve_layout(args);
   AttentionParams params;
   params.q = args.q;
   params.k = args.k;
@@ -259,7 +212,7 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   params.lse = args.lse;
   params.batch = args.batch;
   params.heads = args.heads;
-  params.mask_heads = layout.mask_heads;
+  params.mask_heads = static_cast<int>(layout.mask_heads);
   params.tokens = static_cast<int>(args.tokens);
   params.q_blocks = blocks_for(args.tokens, args.block.q_block);
   params.kv_blocks = blocks_for(args.tokens, args.block.kv_block);
@@ -281,11 +234,50 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   params.dense = args.dense;
   params.sawtooth = args.traversal == Traversal::kSawtooth;
 
-  const size_t zeroed = detail::kProgressTrace ? detail::kProgressTraceRecordsOffset
-                        : detail::kKvPacer    ? detail::kKvPacerOffset + detail::kKvPacerBytes
-                                              : sizeof(unsigned int);
-  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, zeroed, stream));
-  selection.entry->launch(params, stream);
+  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, sizeof(unsigned int), stream));
+  launch(params, stream);
+}
+
+}  // namespace
+
+Support query_support(const SparseAttentionArgs& args, int device) {
+  const Selection selection = select_kernel(args, device);
+  Support support;
+  support.supported = selection.entry != nullptr;
+  support.reason = selection.reason;
+  if (selection.entry != nullptr) support.kernel = kernel_name(*selection.entry);
+  return support;
+}
+
+Implementation can_implement(const SparseAttentionArgs& args, int device) {
+  Implementation answer = check_arguments(args);
+  if (!answer.ok && !answer.needs_contiguous) return answer;
+  const Selection selection = select_kernel(args, device);
+  if (selection.entry == nullptr) {
+    Implementation unsupported;
+    unsupported.argument = selection.argument;
+    unsupported.reason = selection.reason;
+    return unsupported;
+  }
+  answer.kernel = kernel_name(*selection.entry);
+  return answer;
+}
+
+size_t workspace_bytes(const SparseAttentionArgs&) {
+  return kTicketBytes;
+}
+
+void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream stream) {
+  validate(args, workspace);
+  const Selection selection = select_kernel(args, -1);
+  WA_CHECK(selection.entry != nullptr, "sparse_attention: unsupported configuration: ", selection.reason);
+  launch_validated(args, workspace, stream, selection.entry->launch);
+}
+
+void detail::sparse_attention_with(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch) {
+  validate(args, workspace);
+  launch_validated(args, workspace, stream, launch);
 }
 
 }  // namespace wavealign::cuda
+

@@ -1,8 +1,10 @@
 // Launchers of the compiled kernel instantiations. Each is defined in one instantiation TU
-// (sm80/fwd_sm80_<dtype>.cu, sm90/fwd_sm90_<dtype>_d<dim>.cu); dispatch.cu is their only caller.
+// (sm80/fwd_sm80_<dtype>.cu, sm90/fwd_sm90_<dtype>_d<dim>.cu); dispatch.cu is their only caller, apart from the
+// benchmark's tuning variants (bench/gpu/kernel_variants.cu), which go through sparse_attention_with.
 #pragma once
 
 #include "cuda/attention/params.h"
+#include "cuda/attention/sm90/tuning.cuh"
 
 namespace wavealign::cuda::detail {
 
@@ -10,8 +12,15 @@ namespace wavealign::cuda::detail {
 template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
 void launch_fwd_sm80(const AttentionParams& params, Stream stream);
 
-/// Hopper path: TMA + wgmma, one producer warpgroup and kBlockM / 64 consumer warpgroups (sm_90a only).
-template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
+/// Hopper path: TMA + wgmma, one producer warpgroup and kBlockM / 64 consumer warpgroups (sm_90a only). Tuning:
+/// the table's entry (sm90/tuning.cuh); a benchmark variant passes another.
+template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN,
+          class Tuning = sm90::DefaultTuning<kElement, kHeadDim, kBlockM, kBlockN>>
 void launch_fwd_sm90(const AttentionParams& params, Stream stream);
+
+/// sparse_attention with `launch` in place of the kernel it selects, after the same checks and with the same
+/// parameters, so a benchmark times a variant of the tuning table through the library's own call path. `launch`
+/// must run the selected kernel's configuration (element type, head_dim, block).
+void sparse_attention_with(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch);
 
 }  // namespace wavealign::cuda::detail

@@ -3,8 +3,8 @@
 // tile) max of x2 = log2(e) scale q.k and sum of exp2(x2 - max) (row_stats_finish_kernel merges them); pass 2,
 // from the merged row statistics, p = exp2(x2 - row max) / row sum summed per column and per tile diagonal, per
 // half row block (the column halves are added over the blocks here, the diagonal ones by
-// diagonal_finish_kernel). Built with the sm_90a kernels and used on sm_90 unless configured with
-// -DWA_MASKS_SM90_FUSED_SCORING=OFF (fused_scores.cu). Plain C++: the dispatch TU includes it without CuTe.
+// diagonal_finish_kernel). Built with the sm_90a kernels and used on sm_90 (fused_scores.cu says for which
+// inputs). Plain C++: the dispatch TU includes it without CuTe.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -15,7 +15,7 @@
 
 namespace wavealign::cuda::detail::sm80 {
 
-/// Fragment accessor over a register array (softmax.cuh indexes fragments through frag(i)).
+/// Fragment accessor over a register array (cuda/common/fragment.cuh indexes fragments through frag(i)).
 struct RegisterFrag {
   float* values;
   __device__ __forceinline__ float& operator()(int i) const { return values[i]; }
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         RegisterFrag frag{s};
         if (token + kChunk > params.tokens) mask_columns<kChunk>(frag, params.tokens - token, lane & 3);
         float factor[2];
-        softmax.update<kChunk>(frag, params.scale_log2, factor);
+        softmax.update<kChunk, RescaleFactor::kFused>(frag, params.scale_log2, factor);
 #pragma unroll
         for (int i = 0; i < Loop::kOutRegs; ++i) o[i] *= factor[(i >> 1) & 1];
         Loop::accumulate_pv(o, s, v_tiles + buffer * kChunkVecs, lane);

@@ -5,8 +5,8 @@
 
 #include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
-#include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm80/kernel.cuh"
+#include "cuda/common/persistent_grid.h"
 
 namespace wavealign::cuda::detail {
 

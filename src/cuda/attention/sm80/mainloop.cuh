@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "cuda/attention/sm80/instructions.cuh"
 #include "cuda/attention/sm80/kernel_traits.cuh"
+#include "cuda/sm80/primitives.cuh"
 
 namespace wavealign::cuda::detail::sm80 {
 

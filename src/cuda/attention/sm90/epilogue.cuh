@@ -8,9 +8,9 @@
 #include <cstdint>
 
 #include "cuda/attention/params.h"
-#include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
 #include "cuda/attention/work_item.cuh"
+#include "cuda/common/fragment.cuh"
 
 namespace wavealign::cuda::detail::sm90 {
 
@@ -19,7 +19,7 @@ struct Epilogue {
   using Element = typename Traits::Element;
   static constexpr int kHeadDim = Traits::kHeadDim;
 
-  /// o(i) is the consumer thread's accumulator (index (j & 1) + 2h + 4(j >> 1), softmax.cuh); an empty row
+  /// o(i) is the consumer thread's accumulator (index (j & 1) + 2h + 4(j >> 1), fragment.cuh); an empty row
   /// passes zeros, inv 0 and lse -inf. Rows at or past the sequence end are not written.
   template <class TensorO>
   __device__ static void store(const AttentionParams& p, const WorkRecord& record, TensorO const& o,

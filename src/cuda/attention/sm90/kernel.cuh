@@ -11,11 +11,11 @@
 #include <cstdint>
 
 #include "cuda/attention/invalid_mask.cuh"
-#include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/epilogue.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
 #include "cuda/attention/sm90/mainloop.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
+#include "cuda/attention/softmax.cuh"
 
 namespace wavealign::cuda::detail::sm90 {
 
@@ -27,21 +27,17 @@ __device__ __forceinline__ void consume(const AttentionParams& p, SharedStorage<
   using namespace cute;
   RecordRing ring = storage.record_ring();
   StageCounter<Traits::kStages> kv;
-  StageCounter<Traits::kQStages> q_stages;
+  StageCounter<1> q_stage;
   const int lane = tid % 32;
   typename Traits::TiledMmaPV mma_pv;
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
-  if constexpr (Traits::kPingPong) {
-    // The first consumer warpgroup issues first: the second pre-arrives on the first's turn barrier.
-    if (tid / 128 == 1) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);
-  }
   for (;;) {
     const WorkRecord record = ring.receive(lane);
     if (record.head < 0) break;
     OnlineSoftmax softmax;
     softmax.reset();
     if (record.n_blocks > 0) {
-      Mainloop<Traits>::compute_item(p, storage, record, kv, q_stages, tOrO, softmax, tid);
+      Mainloop<Traits>::compute_item(p, storage, record, kv, q_stage, tOrO, softmax, tid);
     } else {
       clear(tOrO);
     }

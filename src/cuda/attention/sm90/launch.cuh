@@ -9,15 +9,15 @@
 
 #include "common/cuda_check.h"
 #include "cuda/attention/launch.h"
-#include "cuda/attention/persistent_grid.h"
 #include "cuda/attention/sm90/kernel.cuh"
+#include "cuda/common/persistent_grid.h"
 
 namespace wavealign::cuda::detail {
 
-template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
+template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN, class Tuning>
 void launch_fwd_sm90(const AttentionParams& params, Stream stream) {
   using namespace cute;
-  using Traits = sm90::KernelTraits<kElement, kHeadDim, kBlockM, kBlockN>;
+  using Traits = sm90::KernelTraits<kElement, kHeadDim, kBlockM, kBlockN, Tuning>;
   using Element = typename Traits::Element;
   sm90::KernelParams<Traits> kernel_params{params, {}, {}, {}};
   const auto shape =

@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "cuda/attention/params.h"
-#include "cuda/attention/sm90/pipeline.cuh"
 #include "cuda/attention/work_item.cuh"
+#include "cuda/sm90/primitives.cuh"
 
 namespace wavealign::cuda::detail::sm90 {
 

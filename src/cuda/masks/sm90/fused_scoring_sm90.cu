@@ -34,11 +34,11 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "cuda/attention/softmax.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
-#include "cuda/attention/sm90/mainloop.cuh"
+#include "cuda/common/fragment.cuh"
 #include "cuda/masks/fused_scoring_sm90.h"
 #include "cuda/masks/reduce.cuh"
+#include "cuda/sm90/primitives.cuh"
 #include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
@@ -55,15 +55,11 @@ using ::wavealign::cuda::detail::quad_sum;
 // 128 tiles (16,384 keys) per CTA: 23 chunks at 363,600 tokens, 4 x 23 x 23 = 2,116 CTAs for 23 heads; the
 // CTA's setup (barriers, Q, the first key tile) is ~1 % of its ~180,000 cycles.
 constexpr int kTilesPerChunk = 128;
-// Pass 1 at one CTA per SM, Q 32 KB + 4 x 32 KB of K at d = 128 (no V here), measured latency-bound (ncu:
-// 31 % of issue slots busy, 2 consumer warps per scheduler, 1.31 ms per 8 heads at 401 frames).
-// WA_MASKS_SM90_ROW_PARTS_TWO_CTAS (the default): two CTAs per SM with 2 stages each (2 x 97 KB), 4 consumer
-// warps per scheduler at 91 registers: 1.14 ms.
-#ifndef WA_MASKS_SM90_ROW_PARTS_TWO_CTAS
-#define WA_MASKS_SM90_ROW_PARTS_TWO_CTAS 1
-#endif
-constexpr int kRowPartsCtasPerSm = WA_MASKS_SM90_ROW_PARTS_TWO_CTAS ? 2 : 1;
-constexpr int kRowPartsStages = kRowPartsCtasPerSm == 2 ? 2 : 4;
+// Pass 1 at two CTAs per SM with 2 stages each (2 x 97 KB), 4 consumer warps per scheduler at 91 registers:
+// 1.14 ms per 8 heads at 401 frames on the H200, against 1.31 ms at one CTA per SM with 4 stages (Q 32 KB +
+// 4 x 32 KB of K at d = 128, no V here; ncu: latency-bound, 31 % of issue slots busy).
+constexpr int kRowPartsCtasPerSm = 2;
+constexpr int kRowPartsStages = 2;
 constexpr int kSumsStages = 3;      // pass 2: + the 70 KB of paired lines, 200 KB in all
 constexpr int kProbabilityStride = kFusedTileKeys + 8;
 constexpr int kTileDiagonals = 2 * kFusedTileKeys - 1;

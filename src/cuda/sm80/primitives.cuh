@@ -1,4 +1,5 @@
-// sm_80 instruction wrappers: cp.async (16- and 4-byte, zero-fill; group waits), ldmatrix and mma.sync m16n8k16 (fp32 accumulate).
+// sm_80 instruction wrappers shared by the portable attention kernel and the mask generators' mma.sync passes:
+// cp.async (16- and 4-byte, zero-fill; group waits), ldmatrix and mma.sync m16n8k16 (fp32 accumulate).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,4 +1,5 @@
-// Host helper shared by the launchers: the persistent grid size of a kernel on the current device.
+// Host helper shared by the attention launchers and the mask generators' passes: the persistent grid size of a
+// kernel on the current device.
 #pragma once
 
 #include <cuda_runtime.h>
