@@ -60,6 +60,7 @@ nanobind::dict layout_dict(const PlanBufferLayout& layout);
 
 void bind_plan(nanobind::module_& module);       // masks from dense / CSR / Flex arrays, skip profiles, make_plan
 void bind_reference(nanobind::module_& module);  // CPU reference attention
+void bind_attention_checks(nanobind::module_& module);  // the attention call's layout check (every build)
 void bind_cuda(nanobind::module_& module);       // fused CUDA kernel (a stub that reports absence without CUDA)
 void bind_gpu_plan(nanobind::module_& module);   // GPU planner (a stub that reports absence without CUDA)
 void bind_methods(nanobind::module_& module);    // mask methods: CPU references, adapters, GPU generators

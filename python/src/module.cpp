@@ -27,6 +27,7 @@ NB_MODULE(_core, module) {
 
   wavealign::python::bind_plan(module);
   wavealign::python::bind_reference(module);
+  wavealign::python::bind_attention_checks(module);
   wavealign::python::bind_cuda(module);
   wavealign::python::bind_gpu_plan(module);
   wavealign::python::bind_methods(module);

@@ -176,36 +176,40 @@ def cuda_element(dtype: Any) -> str:
     return names[dtype]
 
 
-def _readable_in_place(x: Any) -> bool:
-    """Whether the kernel can read (or write) x [B, H, L, d] where it is: d contiguous, rows 16-byte aligned and
-    at least d apart, the other strides positive multiples of 8 elements (16 bytes) wherever the size is above 1."""
-    if x.shape[-1] > 1 and x.stride(-1) != 1:
-        return False
-    if (x.storage_offset() * x.element_size()) % 16 or (x.shape[2] > 1 and x.stride(2) < x.shape[3]):
-        return False
-    return all(size == 1 or (stride > 0 and stride % 8 == 0) for size, stride in zip(x.shape[:3], x.stride()[:3]))
+def _layout_of(x: Any) -> tuple[tuple[int, ...], int]:
+    """(strides, byte offset) of a [B, H, L, d] tensor, as the C++ layout check takes them. Symbolic sizes of a
+    traced call are read as the ints they stand for (a guard on this call's layout, as the check's branches
+    would be): the check is one C++ function for the real and the fake kernel."""
+    return tuple(int(n) for n in x.stride()), int(x.storage_offset()) * x.element_size()
 
 
-def _same_head_layout(a: Any, b: Any) -> bool:
-    """Equal head and token strides wherever the size is above 1 (each tensor keeps its own batch stride)."""
-    return all(size == 1 or sa == sb for size, sa, sb in zip(a.shape[1:3], a.stride()[1:3], b.stride()[1:3]))
+@functools.lru_cache(maxsize=256)
+def _layout_answer(shape: tuple[int, ...], q_block: int, kv_block: int, mask_heads: int, scale: float,
+                   layouts: tuple) -> tuple[bool, bool, str, str]:
+    return _core.attention_layout(*shape, q_block, kv_block, mask_heads, scale, layouts)
 
 
-def output_like(q: Any, k: Any, v: Any) -> tuple[Any, Any, bool]:
+def output_like(q: Any, k: Any, v: Any, q_block: int, kv_block: int, mask_heads: int,
+                scale: float) -> tuple[Any, Any, bool]:
     """(O, LSE) buffers for q [B, H, L, d], and whether q, k, v must be made contiguous first.
 
-    The kernel reads q, k, v and writes O with one head and token stride and a batch stride per tensor. When
-    all three can be read in place, share q's head and token strides, and empty_like(q) reproduces them (q is
-    dense), O takes them and nothing is copied; otherwise q, k, v and O are all contiguous. The fake (meta)
-    implementation and the CPU body call this too, so every implementation agrees on O's strides.
+    The kernel reads q, k, v and writes O with one head and token stride and a batch stride per tensor; the C++
+    check of a call (cuda::check_arguments, through `_core.attention_layout`) says whether these tensors and
+    O = empty_like(q) can be used where they are, or must be contiguous (then q, k, v and O all are). The fake
+    (meta) implementation and the CPU body call this too, so every implementation agrees on O's strides.
     """
     import torch
 
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    if all(_readable_in_place(x) for x in (q, k, v)) and _same_head_layout(q, k) and _same_head_layout(q, v):
-        o = torch.empty_like(q)
-        if _readable_in_place(o) and _same_head_layout(q, o):
-            return o, lse, False
+    o = torch.empty_like(q)
+    shape = tuple(int(n) for n in q.shape)
+    layouts = tuple(_layout_of(x) for x in (q, k, v, o))
+    ok, needs_contiguous, argument, reason = _layout_answer(shape, int(q_block), int(kv_block), int(mask_heads),
+                                                            float(scale), layouts)
+    if ok:
+        return o, lse, False
+    if not needs_contiguous:
+        raise invalid(argument, reason)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse, True
 
 
@@ -254,8 +258,9 @@ def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: 
     kernel does."""
     import torch
 
-    _check_attention_inputs(torch, q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block)
-    o, lse, _ = output_like(q, k, v)
+    mask_heads, _, _ = _check_attention_inputs(torch, q, k, v, row_ptr, col_idx, schedule, mask_error, q_block,
+                                               kv_block)
+    o, lse, _ = output_like(q, k, v, q_block, kv_block, mask_heads, scale)
     if mask_error is not None and int(mask_error[0]) != 0:
         return o.fill_(float("nan")), lse.fill_(float("nan"))
     arrays = [x.detach().to(torch.float32).contiguous().numpy() for x in (q, k, v)]
@@ -289,7 +294,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
     element = cuda_element(q.dtype)
     mask_heads, _, _ = _check_attention_inputs(torch, q, k, v, row_ptr, col_idx, schedule, mask_error, q_block,
                                                kv_block)
-    o, lse, copy = output_like(q, k, v)
+    o, lse, copy = output_like(q, k, v, q_block, kv_block, mask_heads, scale)
     if copy:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     batch, heads, length, head_dim = q.shape
@@ -455,7 +460,8 @@ def _register() -> None:
 
     @sparse_attention.register_fake
     def _(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal, kernel):
-        o, lse, _ = output_like(q, k, v)
+        q_blocks = blocks_for(int(q.shape[2]), q_block)
+        o, lse, _ = output_like(q, k, v, q_block, kv_block, max(1, int(row_ptr.numel() - 1) // int(q_blocks)), scale)
         return o, lse
 
     @torch.library.custom_op("wavealign::permute_rows", mutates_args=(),

@@ -242,3 +242,23 @@ def test_a_compiled_permute_leaves_no_extension_object_behind(tmp_path):
                             env=dict(os.environ))
     assert result.returncode == 0, result.stderr
     assert "leaked" not in result.stderr, result.stderr
+
+
+@needs_torch
+def test_the_layout_decision_is_the_cpp_check(rng):
+    # [B, L, H, d] memory viewed as [B, H, L, d] (diffusers' layout) runs in place; an odd start or a strided
+    # head_dim needs a contiguous copy; a call the kernel cannot run at all names its argument.
+    base = torch.zeros(2, 64, 3, 16, dtype=torch.bfloat16).transpose(1, 2)
+    layout = wavealign.ops._layout_of
+    o = torch.empty_like(base)
+    ok, copy, _, _ = _core.attention_layout(2, 3, 64, 16, 16, 16, 3, 0.25, tuple(layout(x) for x in (base,) * 3 + (o,)))
+    assert ok and not copy
+    shifted = torch.zeros(2 * 64 * 3 * 16 + 1, dtype=torch.bfloat16)[1:].view(2, 64, 3, 16).transpose(1, 2)
+    ok, copy, argument, reason = _core.attention_layout(2, 3, 64, 16, 16, 16, 3, 0.25,
+                                                        tuple(layout(x) for x in (shifted, base, base, o)))
+    assert not ok and copy and argument == "q" and "16-byte aligned" in reason
+    ok, copy, argument, _ = _core.attention_layout(2, 3, 64, 16, 16, 16, 4, 0.25, tuple(layout(x) for x in (base,) * 4))
+    assert not ok and not copy and argument == "mask_heads"
+    q = torch.randn(2, 3, 64, 16)
+    out, _, needs_copy = wavealign.ops.output_like(q, q, q, 16, 16, 3, 0.25)
+    assert not needs_copy and out.stride() == q.stride()
