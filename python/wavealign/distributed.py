@@ -142,7 +142,7 @@ def _split_of(q: Any, k: Any, v: Any, group: Any, layout: str, seq_len: Any) -> 
         raise invalid("q", f"has {heads} heads, which the {ranks} ranks of the group cannot share evenly: each "
                            f"rank runs H/P whole heads, so H must be a multiple of {ranks}")
     if seq_len is None:
-        sizes = [local_len] * ranks
+        sizes = _agreed_shard_lengths(local_len, group, q.device, rank)
     else:
         sizes = shard_sizes(seq_len, ranks)
         if sizes[rank] != local_len:
@@ -152,6 +152,23 @@ def _split_of(q: Any, k: Any, v: Any, group: Any, layout: str, seq_len: Any) -> 
     if sum(sizes) < 1:
         raise invalid("q", f"has an empty sequence: {local_len} tokens on each of {ranks} ranks")
     return _Split(layout, ranks, rank, batch, heads, sum(sizes), sizes, head_dim)
+
+
+def _agreed_shard_lengths(local_len: int, group: Any, device: torch.device, rank: int) -> list[int]:
+    """Every rank's shard length when the call gives no seq_len: they must all be equal (the all-to-alls split
+    the sequence evenly), and every rank must find out before any of them posts an all-to-all of unequal
+    sizes (which gloo answers with an abort, NCCL with a hang). One all-gather of one integer per rank, the
+    same on every rank, so that every rank raises the same ValueError (on NCCL reading it waits for the
+    device: pass seq_len to skip it)."""
+    mine = torch.tensor([local_len], dtype=torch.int64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, mine, group=group)
+    sizes = [int(length) for length in torch.cat(everyone).tolist()]
+    if len(set(sizes)) != 1:
+        raise invalid("seq_len", f"is needed: the ranks hold shards of {sizes} tokens (rank {rank}: {local_len}), "
+                                 f"and without seq_len every shard must hold L/P tokens; pass seq_len={sum(sizes)} "
+                                 "(the shards then follow torch.tensor_split's rule)")
+    return sizes
 
 
 # ---- the all-to-alls ------------------------------------------------------------------------------------------
@@ -238,8 +255,10 @@ class UlyssesAttention(torch.nn.Module):
     (and LSE) as this rank's sequence shard, in q's layout. q, k, v: this rank's shard of the sequence for all
     H heads, [B, H, L_r, d] (layout "bhld") or [B, L_r, H, d] ("blhd"), one dtype and device; H must be a
     multiple of the group's P ranks. Rank r holds tokens sum(sizes[:r]) .. sum(sizes[:r+1]) - 1 with sizes =
-    shard_sizes(L, P) (torch.tensor_split's rule); pass seq_len=L when L is not a multiple of P (without it,
-    every shard must hold L/P tokens). Every rank calls forward with the same arguments apart from its shard.
+    shard_sizes(L, P) (torch.tensor_split's rule); pass seq_len=L when L is not a multiple of P. Without it,
+    every shard must hold L/P tokens: the ranks all-gather their shard lengths first (one integer each; on NCCL
+    the host waits for it) and, should they differ, every rank raises the same ValueError naming seq_len, before
+    any all-to-all. Every rank calls forward with the same arguments apart from its shard.
 
     The rank's heads are r*H/P .. (r+1)*H/P - 1. Their mask comes, in this order of precedence, from:
       - plan: a Plan of those heads (H/P mask heads, or B*H/P for one mask per batch entry), used as it is;
