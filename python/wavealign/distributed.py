@@ -264,8 +264,8 @@ class UlyssesAttention(torch.nn.Module):
       - plan: a Plan of those heads (H/P mask heads, or B*H/P for one mask per batch entry), used as it is;
       - mask_key with a cached plan: that plan (the mask method is not run);
       - block_mask: the rank's mask in any form wavealign.plan takes (shard_heads cuts it from a dense mask
-        of all heads); planned once and cached like wavealign.nn.SparseAttention (by mask_key, or by the
-        mask object and its version counters);
+        of all heads); cached like wavealign.nn.SparseAttention (by mask_key, or by a host mask's content; a
+        CUDA mask without mask_key is planned on every call);
       - mask_method: a callable (q, k) -> block mask, called with the rank's [B, H/P, L, d] views of q and k
         (whole sequence); its mask is planned on every call, or once per mask_key.
 
