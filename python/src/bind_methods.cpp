@@ -41,16 +41,26 @@ constexpr unsigned kXAttention = bit(MaskMethod::kXAttention), kSparge = bit(Mas
                    kMInference = bit(MaskMethod::kMInference), kFlexPrefill = bit(MaskMethod::kFlexPrefill);
 
 // An option whose Python value is its field's value (the field's C++ type, a list for a vector).
-#define WA_PLAIN_OPTION(keyword, methods, field)                                   \
-  OptionBinding {                                                                \
-    keyword, methods,                                                            \
-        [](MethodConfig& config, nb::handle value) {                             \
-          config.field = nb::cast<decltype(config.field)>(value);                \
-        },                                                                       \
-        [](const MethodConfig& config) { return nb::cast(config.field); }        \
+#define WA_PLAIN_OPTION(keyword, methods, field)                                                        \
+  OptionBinding {                                                                                       \
+    keyword, methods,                                                                                   \
+        [](MethodConfig& config, nb::handle value) {                                                    \
+          config.field = nb::cast<decltype(config.field)>(value);                                       \
+        },                                                                                              \
+        [](const MethodConfig& config) { return nb::cast(config.field); }                               \
   }
 
-// An option that is 0 (or empty) in C++ and None in Python when unset.
+// An enum option whose Python value is its name (the WA_ENUM_NAMES table).
+#define WA_NAMED_OPTION(keyword, methods, field)                                                        \
+  OptionBinding {                                                                                       \
+    keyword, methods,                                                                                   \
+        [](MethodConfig& config, nb::handle value) {                                                    \
+          config.field = from_string<decltype(config.field)>(nb::cast<std::string>(value));             \
+        },                                                                                              \
+        [](const MethodConfig& config) { return nb::cast(std::string(to_string(config.field))); }       \
+  }
+
+// The two sides of an option whose C++ value 0 (or empty) means unset, None in Python.
 template <class T>
 T value_or_unset(nb::handle value) {
   return value.is_none() ? T{} : nb::cast<T>(value);
@@ -60,22 +70,28 @@ nb::object python_or_none(const T& value) {
   return value == T{} ? nb::none() : nb::cast(value);
 }
 
-QuerySample query_sample_from(nb::handle value) { return from_string<QuerySample>(nb::cast<std::string>(value)); }
+// An option whose C++ value 0 (or empty) is None in Python.
+#define WA_UNSET_OPTION(keyword, methods, field)                                                        \
+  OptionBinding {                                                                                       \
+    keyword, methods,                                                                                   \
+        [](MethodConfig& config, nb::handle value) {                                                    \
+          config.field = value_or_unset<decltype(config.field)>(value);                                 \
+        },                                                                                              \
+        [](const MethodConfig& config) { return python_or_none(config.field); }                         \
+  }
 
 const std::vector<OptionBinding>& option_bindings() {
   static const std::vector<OptionBinding> bindings = {
       WA_PLAIN_OPTION("block_size", kEveryMethod, block),
       WA_PLAIN_OPTION("force_dense", kEveryMethod, force_dense),
-      {"scale", kEveryMethod, [](MethodConfig& c, nb::handle v) { c.scale = value_or_unset<double>(v); },
-       [](const MethodConfig& c) { return python_or_none(c.scale); }},
+      WA_UNSET_OPTION("scale", kEveryMethod, scale),
       WA_PLAIN_OPTION("threshold", kXAttention, xattention.threshold),
       WA_PLAIN_OPTION("stride", kXAttention, xattention.stride),
       WA_PLAIN_OPTION("force_first_kblock", kXAttention, xattention.force_first_kblock),
       WA_PLAIN_OPTION("mask_padded_keys", kXAttention, xattention.mask_padded_keys),
       WA_PLAIN_OPTION("simthreshd1", kSparge, sparge.simthreshd1),
       WA_PLAIN_OPTION("cdfthreshd", kSparge, sparge.cdfthreshd),
-      {"topk", kSparge, [](MethodConfig& c, nb::handle v) { c.sparge.topk = value_or_unset<std::vector<double>>(v); },
-       [](const MethodConfig& c) { return python_or_none(c.sparge.topk); }},
+      WA_UNSET_OPTION("topk", kSparge, sparge.topk),
       WA_PLAIN_OPTION("smooth_k", kSparge, sparge.smooth_k),
       WA_PLAIN_OPTION("attention_sink", kSparge, sparge.attention_sink),
       {"native_block", kSparge,
@@ -90,22 +106,16 @@ const std::vector<OptionBinding>& option_bindings() {
       WA_PLAIN_OPTION("vertical_size", kMInference, minference.vertical_size),
       WA_PLAIN_OPTION("slash_size", kMInference, minference.slash_size),
       WA_PLAIN_OPTION("sampled_queries", kMInference, minference.sampled_queries),
-      {"query_sample", kMInference,
-       [](MethodConfig& c, nb::handle v) { c.minference.query_sample = query_sample_from(v); },
-       [](const MethodConfig& c) { return nb::cast(std::string(to_string(c.minference.query_sample))); }},
+      WA_NAMED_OPTION("query_sample", kMInference, minference.query_sample),
       WA_PLAIN_OPTION("two_sided", kMInference, minference.two_sided),
       WA_PLAIN_OPTION("sink_tokens", kMInference, minference.sink_tokens),
       WA_PLAIN_OPTION("near_diagonals", kMInference, minference.near_diagonals),
       WA_PLAIN_OPTION("gamma", kFlexPrefill, flexprefill.gamma),
       WA_PLAIN_OPTION("tau", kFlexPrefill, flexprefill.tau),
       WA_PLAIN_OPTION("min_budget", kFlexPrefill, flexprefill.min_budget),
-      {"max_budget", kFlexPrefill,
-       [](MethodConfig& c, nb::handle v) { c.flexprefill.max_budget = value_or_unset<int64_t>(v); },
-       [](const MethodConfig& c) { return python_or_none(c.flexprefill.max_budget); }},
+      WA_UNSET_OPTION("max_budget", kFlexPrefill, flexprefill.max_budget),
       WA_PLAIN_OPTION("representative_blocks", kFlexPrefill, flexprefill.representative_blocks),
-      {"query_sample", kFlexPrefill,
-       [](MethodConfig& c, nb::handle v) { c.flexprefill.query_sample = query_sample_from(v); },
-       [](const MethodConfig& c) { return nb::cast(std::string(to_string(c.flexprefill.query_sample))); }},
+      WA_NAMED_OPTION("query_sample", kFlexPrefill, flexprefill.query_sample),
       WA_PLAIN_OPTION("two_sided", kFlexPrefill, flexprefill.two_sided),
       WA_PLAIN_OPTION("force_first_kblock", kFlexPrefill, flexprefill.force_first_kblock),
       WA_PLAIN_OPTION("js_nan_is_vertical_slash", kFlexPrefill, flexprefill.js_nan_is_vertical_slash),
@@ -115,6 +125,8 @@ const std::vector<OptionBinding>& option_bindings() {
 }
 
 #undef WA_PLAIN_OPTION
+#undef WA_NAMED_OPTION
+#undef WA_UNSET_OPTION
 
 MethodConfig config_from(const std::string& method, const nb::dict& options) {
   MethodConfig config;
