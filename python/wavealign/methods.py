@@ -9,7 +9,13 @@ q, k: [B, H, L, d] or [H, L, d]. CUDA torch tensors (bfloat16/float16) run the G
 stream without host synchronization and return a CUDA bool tensor; numpy arrays and CPU torch tensors run the
 fp64 CPU reference (small L) and return the same framework. Every method is the non-causal form video
 self-attention needs; docs/methods.md gives each method's steps, its parameters, the non-causal adaptations
-and the parity flags (options that reproduce a reference quirk).
+and the parity flags (options that reproduce a reference quirk). The options' defaults are the C++
+MethodConfig's (defaults(method)); check_options(method, **options) checks a set of options without q and k.
+
+q and k must be finite. NaN or inf raises ValueError naming q or k (and the first such value) on the CPU; on
+the GPU the generator records it on the device (no synchronization) and returns an empty mask carrying the
+record: wavealign.plan(mask) adopts it (the plan raises at its first host access, sparse_attention with it
+writes NaN), check(mask) raises it at once.
 
 Adapters (so that a user of the original packages plugs in without conversion code):
     from_sparge(block_map, seq_len=L)        SpargeAttn's per-head block map (its mask_id), 64x128 or 128x64
