@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
   planner.prepare(plan_workspace, planner.workspace_bytes(), stream);
   auto* permutations = static_cast<int32_t*>(device_alloc(size_t(rows) * 4));
   auto* schedule = static_cast<ScheduleItem*>(device_alloc(size_t(rows) * sizeof(ScheduleItem)));
+  auto* error = static_cast<MaskError*>(device_alloc(sizeof(MaskError)));
 
   for (const Case& bench_case : cases()) {
     if (options.cases != "all" && ("," + options.cases + ",").find("," + bench_case.name + ",") == std::string::npos)
@@ -222,6 +223,7 @@ int main(int argc, char** argv) {
     outputs.row_ptr = row_ptr;
     outputs.col_idx = col_idx;
     outputs.col_capacity = entries;
+    outputs.error = error;
     auto generate = [&] { generator.run(qk, outputs, workspace, workspace_bytes, stream); };
     generate();  // warm-up: the cuBLAS handle, first-touch of the workspace
     WA_BENCH_CUDA(cudaStreamSynchronize(stream));

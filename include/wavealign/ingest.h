@@ -91,6 +91,10 @@ enum class MaskErrorCode : int32_t {
   kFullCountOutOfRange = 9,  // full_kv_num_blocks outside [0, width]
   kFullIndexOutOfRange = 10, // full_kv_indices entry outside [0, kv_blocks)
   kFullIndexRepeated = 11,   // full_kv_indices lists a block twice, or one that kv_indices lists
+  // A mask method's input holds NaN or inf (wavealign/methods.h): no mask describes it. head: the mask head,
+  // entry: the token, bound: the channel, value: 0 for NaN, +1 for +inf, -1 for -inf.
+  kQueryNotFinite = 12,
+  kKeyNotFinite = 13,
 };
 
 /// The first rule a mask breaks, with what is needed to say so: the same record on the host and, written by

@@ -15,6 +15,7 @@
 
 #include "wavealign/attention.h"
 #include "wavealign/enums.h"
+#include "wavealign/ingest.h"
 #include "wavealign/mask.h"
 
 namespace wavealign {
@@ -141,8 +142,12 @@ std::vector<PresetOption> preset_options(MaskMethod method, MethodPreset preset)
 /// ("preset") for a name preset_options() never returns.
 void set_preset_option(MethodConfig& config, const PresetOption& option);
 
-/// The checks every generator applies (CPU and GPU): throws InvalidArgument naming the option ("block",
-/// "scale", "stride", "threshold", "simthreshd1", ...) or "heads" / "tokens" / "head_dim".
+/// The checks of config that need no shape (block, scale and the method's option values: "stride" must divide
+/// the block, "threshold" > 0, ...): throws InvalidArgument naming the option. For integrations that set a
+/// method up before they see Q and K.
+void check_method_options(const MethodConfig& config);
+/// The checks every generator applies (CPU and GPU): check_method_options, then "heads" / "tokens" /
+/// "head_dim" and the per-head options' counts (one value, or one per head).
 void check_method_config(const MethodConfig& config, int heads, int64_t tokens, int head_dim);
 
 /// Q and K of every head in host memory: [heads, tokens, head_dim] float32, C order.
@@ -157,7 +162,10 @@ struct HostQk {
 /// The CPU reference of config.method: every score, softmax and cumulative sum in fp64, taken step by step
 /// from docs/methods.md (small sequences: XAttention costs tokens^2 x head_dim / stride multiply-adds per
 /// head). Heads run in parallel; the result does not depend on the thread count. Throws InvalidArgument
-/// ("q", "k" for sizes that do not match, and check_method_config's names).
+/// ("q", "k" for sizes that do not match or a NaN or inf among the values, and check_method_config's names);
+/// the first non-finite value in q's order (head, token, channel), then k's, is the one reported (its record
+/// is a MaskError with code kQueryNotFinite / kKeyNotFinite, the GPU generators' record). force_dense reads no
+/// value and checks none.
 BlockMask reference_mask(const MethodConfig& config, const HostQk& qk);
 
 // ---- adapters from the methods' own output formats ------------------------------------------------------
@@ -206,6 +214,13 @@ struct MaskOutputs {
   int64_t* row_ptr = nullptr;
   int32_t* col_idx = nullptr;
   int64_t col_capacity = 0;
+  /// The record of the run's check of Q and K for NaN and inf. Required. Code kNone when every value is
+  /// finite; else kQueryNotFinite / kKeyNotFinite and the first such value in reference_mask()'s scan order (the
+  /// record reference_mask() throws), and then the mask is empty: every dense byte 0 and, when asked for, the
+  /// CSR's row pointers all 0. 40 bytes with the code first, so the attention kernel's mask_error
+  /// (wavealign/attention.h) can read it as it is: nothing computed from such a mask passes as valid. Written
+  /// on the stream like the mask: the host reads it when it reads the mask, without an extra synchronization.
+  MaskError* error = nullptr;
 };
 
 /// The GPU generator of one method for one layer shape. The constructor checks on the host (no device
@@ -237,7 +252,10 @@ class MaskGenerator {
   /// greatest stream priority, K pooling at the least), after the work enqueued on `stream` before the call
   /// and before the work enqueued after it. The first call creates the cuBLAS handle and those streams (this
   /// allocates; run once before capturing a graph). Throws InvalidArgument naming "q", "k", "element_type", "batch",
-  /// "heads", "tokens", "head_dim", "dense", "row_ptr", "col_idx", "col_capacity" or "workspace".
+  /// "heads", "tokens", "head_dim", "dense", "error", "row_ptr", "col_idx", "col_capacity" or "workspace".
+  /// Every value of Q and K is tested for NaN and inf on the device (outputs.error); the methods' passes that
+  /// read all of Q or K test what they read, so the test reads nothing twice except where no pass reads every
+  /// value (docs/methods.md, "Non-finite inputs"). force_dense reads no value and tests none.
   void run(const DeviceQk& qk, const MaskOutputs& outputs, void* workspace, size_t workspace_bytes,
            Stream stream);
 
@@ -263,7 +281,8 @@ bool has_device();
 
 /// For tools and scripts: Q and K rounded to `element_type`, uploaded, one generator run on the current
 /// device, the mask read back. Synchronous and allocating (not the hot path). Throws Error without a device,
-/// and MaskGenerator's InvalidArgument for bad options.
+/// MaskGenerator's InvalidArgument for bad options, and the record's InvalidArgument ("q" or "k") for a NaN or
+/// inf among the rounded values (a finite value beyond the type's range rounds to inf).
 BlockMask generate_mask(const MethodConfig& config, const HostQk& qk, ElementType element_type);
 
 }  // namespace wavealign::cuda

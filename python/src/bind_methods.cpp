@@ -2,12 +2,15 @@
 // addresses (the Python side allocates the mask and the workspace through torch and passes the caller's
 // stream), and the adapters from the methods' own formats. Options arrive as a dict keyed by the Python
 // keyword names; wavealign/methods.py builds it and the C++ checks (check_method_config) judge the values.
+// The options' defaults go the other way: method_defaults gives MethodConfig's to Python.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "arrays.h"
@@ -21,50 +24,143 @@ namespace nb = nanobind;
 
 namespace {
 
+// One option of the mask methods as Python sees it: its keyword (the CLI flag is "--" with '-' for '_'), the
+// methods that read it (a bit per MaskMethod), and its two conversions. None stands in Python for the C++
+// sentinels: topk empty (TopCdf mode), max_budget 0 (no bound), scale 0 (1/sqrt(head_dim)). The options'
+// defaults are MethodConfig's: Python reads them through method_defaults, it never restates them.
+struct OptionBinding {
+  const char* name;
+  unsigned methods;
+  void (*set)(MethodConfig&, nb::handle);
+  nb::object (*get)(const MethodConfig&);
+};
+
+constexpr unsigned bit(MaskMethod method) { return 1u << unsigned(method); }
+constexpr unsigned kEveryMethod = ~0u;
+constexpr unsigned kXAttention = bit(MaskMethod::kXAttention), kSparge = bit(MaskMethod::kSparge),
+                   kMInference = bit(MaskMethod::kMInference), kFlexPrefill = bit(MaskMethod::kFlexPrefill);
+
+// An option whose Python value is its field's value (the field's C++ type, a list for a vector).
+#define WA_PLAIN_OPTION(keyword, methods, field)                                                        \
+  OptionBinding {                                                                                       \
+    keyword, methods,                                                                                   \
+        [](MethodConfig& config, nb::handle value) {                                                    \
+          config.field = nb::cast<decltype(config.field)>(value);                                       \
+        },                                                                                              \
+        [](const MethodConfig& config) { return nb::cast(config.field); }                               \
+  }
+
+// An enum option whose Python value is its name (the WA_ENUM_NAMES table).
+#define WA_NAMED_OPTION(keyword, methods, field)                                                        \
+  OptionBinding {                                                                                       \
+    keyword, methods,                                                                                   \
+        [](MethodConfig& config, nb::handle value) {                                                    \
+          config.field = from_string<decltype(config.field)>(nb::cast<std::string>(value));             \
+        },                                                                                              \
+        [](const MethodConfig& config) { return nb::cast(std::string(to_string(config.field))); }       \
+  }
+
+// The two sides of an option whose C++ value 0 (or empty) means unset, None in Python.
+template <class T>
+T value_or_unset(nb::handle value) {
+  return value.is_none() ? T{} : nb::cast<T>(value);
+}
+template <class T>
+nb::object python_or_none(const T& value) {
+  return value == T{} ? nb::none() : nb::cast(value);
+}
+
+// An option whose C++ value 0 (or empty) is None in Python.
+#define WA_UNSET_OPTION(keyword, methods, field)                                                        \
+  OptionBinding {                                                                                       \
+    keyword, methods,                                                                                   \
+        [](MethodConfig& config, nb::handle value) {                                                    \
+          config.field = value_or_unset<decltype(config.field)>(value);                                 \
+        },                                                                                              \
+        [](const MethodConfig& config) { return python_or_none(config.field); }                         \
+  }
+
+const std::vector<OptionBinding>& option_bindings() {
+  static const std::vector<OptionBinding> bindings = {
+      WA_PLAIN_OPTION("block_size", kEveryMethod, block),
+      WA_PLAIN_OPTION("force_dense", kEveryMethod, force_dense),
+      WA_UNSET_OPTION("scale", kEveryMethod, scale),
+      WA_PLAIN_OPTION("threshold", kXAttention, xattention.threshold),
+      WA_PLAIN_OPTION("stride", kXAttention, xattention.stride),
+      WA_PLAIN_OPTION("force_first_kblock", kXAttention, xattention.force_first_kblock),
+      WA_PLAIN_OPTION("mask_padded_keys", kXAttention, xattention.mask_padded_keys),
+      WA_PLAIN_OPTION("simthreshd1", kSparge, sparge.simthreshd1),
+      WA_PLAIN_OPTION("cdfthreshd", kSparge, sparge.cdfthreshd),
+      WA_UNSET_OPTION("topk", kSparge, sparge.topk),
+      WA_PLAIN_OPTION("smooth_k", kSparge, sparge.smooth_k),
+      WA_PLAIN_OPTION("attention_sink", kSparge, sparge.attention_sink),
+      {"native_block", kSparge,
+       [](MethodConfig& c, nb::handle v) {
+         const auto [q_block, kv_block] = nb::cast<std::tuple<int, int>>(v);
+         c.sparge.native_block = {q_block, kv_block};
+       },
+       [](const MethodConfig& c) {
+         return nb::cast(std::make_tuple(c.sparge.native_block.q_block, c.sparge.native_block.kv_block));
+       }},
+      WA_PLAIN_OPTION("nan_dense_partial_blocks", kSparge, sparge.nan_dense_partial_blocks),
+      WA_PLAIN_OPTION("vertical_size", kMInference, minference.vertical_size),
+      WA_PLAIN_OPTION("slash_size", kMInference, minference.slash_size),
+      WA_PLAIN_OPTION("sampled_queries", kMInference, minference.sampled_queries),
+      WA_NAMED_OPTION("query_sample", kMInference, minference.query_sample),
+      WA_PLAIN_OPTION("two_sided", kMInference, minference.two_sided),
+      WA_PLAIN_OPTION("sink_tokens", kMInference, minference.sink_tokens),
+      WA_PLAIN_OPTION("near_diagonals", kMInference, minference.near_diagonals),
+      WA_PLAIN_OPTION("gamma", kFlexPrefill, flexprefill.gamma),
+      WA_PLAIN_OPTION("tau", kFlexPrefill, flexprefill.tau),
+      WA_PLAIN_OPTION("min_budget", kFlexPrefill, flexprefill.min_budget),
+      WA_UNSET_OPTION("max_budget", kFlexPrefill, flexprefill.max_budget),
+      WA_PLAIN_OPTION("representative_blocks", kFlexPrefill, flexprefill.representative_blocks),
+      WA_NAMED_OPTION("query_sample", kFlexPrefill, flexprefill.query_sample),
+      WA_PLAIN_OPTION("two_sided", kFlexPrefill, flexprefill.two_sided),
+      WA_PLAIN_OPTION("force_first_kblock", kFlexPrefill, flexprefill.force_first_kblock),
+      WA_PLAIN_OPTION("js_nan_is_vertical_slash", kFlexPrefill, flexprefill.js_nan_is_vertical_slash),
+      WA_PLAIN_OPTION("budget_block_128", kFlexPrefill, flexprefill.budget_block_128),
+  };
+  return bindings;
+}
+
+#undef WA_PLAIN_OPTION
+#undef WA_NAMED_OPTION
+#undef WA_UNSET_OPTION
+
 MethodConfig config_from(const std::string& method, const nb::dict& options) {
   MethodConfig config;
   config.method = from_string<MaskMethod>(method);
   for (auto [key, value] : options) {
     const std::string name = nb::cast<std::string>(key);
-    auto number = [&] { return nb::cast<double>(value); };
-    auto integer = [&] { return nb::cast<int64_t>(value); };
-    auto flag = [&] { return nb::cast<bool>(value); };
-    auto values = [&] { return nb::cast<std::vector<double>>(value); };
-    if (name == "block") config.block = int(integer());
-    else if (name == "force_dense") config.force_dense = flag();
-    else if (name == "scale") config.scale = number();
-    else if (name == "stride") config.xattention.stride = int(integer());
-    else if (name == "threshold") config.xattention.threshold = values();
-    else if (name == "force_first_kblock")
-      config.xattention.force_first_kblock = config.flexprefill.force_first_kblock = flag();
-    else if (name == "mask_padded_keys") config.xattention.mask_padded_keys = flag();
-    else if (name == "simthreshd1") config.sparge.simthreshd1 = values();
-    else if (name == "cdfthreshd") config.sparge.cdfthreshd = values();
-    else if (name == "topk") config.sparge.topk = values();
-    else if (name == "smooth_k") config.sparge.smooth_k = flag();
-    else if (name == "attention_sink") config.sparge.attention_sink = flag();
-    else if (name == "native_block") {
-      const auto [q_block, kv_block] = nb::cast<std::tuple<int, int>>(value);
-      config.sparge.native_block = {q_block, kv_block};
-    } else if (name == "nan_dense_partial_blocks") config.sparge.nan_dense_partial_blocks = flag();
-    else if (name == "vertical_size") config.minference.vertical_size = int(integer());
-    else if (name == "slash_size") config.minference.slash_size = int(integer());
-    else if (name == "sampled_queries") config.minference.sampled_queries = int(integer());
-    else if (name == "sink_tokens") config.minference.sink_tokens = int(integer());
-    else if (name == "near_diagonals") config.minference.near_diagonals = int(integer());
-    else if (name == "query_sample") config.minference.query_sample = config.flexprefill.query_sample =
-        from_string<QuerySample>(nb::cast<std::string>(value));
-    else if (name == "two_sided") config.minference.two_sided = config.flexprefill.two_sided = flag();
-    else if (name == "gamma") config.flexprefill.gamma = number();
-    else if (name == "tau") config.flexprefill.tau = number();
-    else if (name == "min_budget") config.flexprefill.min_budget = integer();
-    else if (name == "max_budget") config.flexprefill.max_budget = integer();
-    else if (name == "representative_blocks") config.flexprefill.representative_blocks = int(integer());
-    else if (name == "js_nan_is_vertical_slash") config.flexprefill.js_nan_is_vertical_slash = flag();
-    else if (name == "budget_block_128") config.flexprefill.budget_block_128 = flag();
-    else throw InvalidArgument(name, "is not an option of the mask methods");
+    const auto& bindings = option_bindings();
+    const auto binding = std::find_if(bindings.begin(), bindings.end(), [&](const OptionBinding& option) {
+      return name == option.name && (option.methods & bit(config.method)) != 0;
+    });
+    WA_CHECK_ARG(binding != bindings.end(), name, "is not an option of ", method);
+    binding->set(config, value);
   }
   return config;
+}
+
+// `call()`, with the library's name of the block ("block", the CLI's --block) in its errors as Python's keyword.
+template <class Call>
+auto with_python_names(Call&& call) {
+  try {
+    return call();
+  } catch (const InvalidArgument& error) {
+    if (error.argument() != "block") throw;
+    const std::string prefix = "invalid argument 'block': ";
+    throw InvalidArgument("block_size", std::string(error.what()).substr(prefix.size()));
+  }
+}
+
+// Every option of config.method, keyed by its keyword.
+nb::dict options_of(const MethodConfig& config) {
+  nb::dict options;
+  for (const OptionBinding& option : option_bindings())
+    if ((option.methods & bit(config.method)) != 0) options[option.name] = option.get(config);
+  return options;
 }
 
 std::span<const float> float_values(const AnyArray& array, const char* argument) {
@@ -110,7 +206,8 @@ void bind_generator(nb::module_& module) {
           "__init__",
           [](cuda::MaskGenerator* self, const std::string& method, const nb::dict& options, int batch, int heads,
              int64_t tokens, int head_dim) {
-            new (self) cuda::MaskGenerator(config_from(method, options), batch, heads, tokens, head_dim);
+            with_python_names(
+                [&] { new (self) cuda::MaskGenerator(config_from(method, options), batch, heads, tokens, head_dim); });
           },
           nb::arg("method"), nb::arg("options"), nb::arg("batch"), nb::arg("heads"), nb::arg("tokens"),
           nb::arg("head_dim"))
@@ -121,8 +218,8 @@ void bind_generator(nb::module_& module) {
           "run",
           [](cuda::MaskGenerator& self, uintptr_t q, uintptr_t k, const std::string& element_type,
              std::tuple<int64_t, int64_t, int64_t> q_strides, std::tuple<int64_t, int64_t, int64_t> k_strides,
-             uintptr_t dense, uintptr_t workspace, size_t workspace_bytes, uintptr_t stream, int batch, int heads,
-             int64_t tokens, int head_dim) {
+             uintptr_t dense, uintptr_t error, uintptr_t workspace, size_t workspace_bytes, uintptr_t stream,
+             int batch, int heads, int64_t tokens, int head_dim) {
             WA_CHECK_ARG(element_type == "bfloat16" || element_type == "float16", "q", "dtype ", element_type,
                          " is not supported by the GPU generators (bfloat16, float16)");
             cuda::DeviceQk qk;
@@ -137,14 +234,15 @@ void bind_generator(nb::module_& module) {
             std::tie(qk.k_batch_stride, qk.k_head_stride, qk.k_token_stride) = k_strides;
             cuda::MaskOutputs outputs;
             outputs.dense = pointer<uint8_t>(dense);
+            outputs.error = pointer<MaskError>(error);
             nb::gil_scoped_release unlocked;
             self.run(qk, outputs, pointer<void>(workspace), workspace_bytes, pointer<CUstream_st>(stream));
           },
           nb::arg("q"), nb::arg("k"), nb::arg("element_type"), nb::arg("q_strides"), nb::arg("k_strides"),
-          nb::arg("dense"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::arg("stream"), nb::arg("batch"),
-          nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"),
+          nb::arg("dense"), nb::arg("error"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::arg("stream"),
+          nb::arg("batch"), nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"),
           "Enqueues the generator on `stream` (device addresses as integers; strides in elements: batch, head, "
-          "token).");
+          "token; error: the 40-byte record of the NaN and inf check).");
 }
 
 }  // namespace
@@ -155,19 +253,33 @@ void bind_methods(nb::module_& module) {
       "method_preset_options",
       [](const std::string& method, const std::string& preset) {
         std::vector<std::tuple<std::string, double>> options;
-        for (const PresetOption& option : preset_options(from_string<MaskMethod>(method), from_string<MethodPreset>(preset)))
+        const MaskMethod parsed = from_string<MaskMethod>(method);
+        for (const PresetOption& option : preset_options(parsed, from_string<MethodPreset>(preset)))
           options.emplace_back(option.name, option.value);
         return options;
       },
       nb::arg("method"), nb::arg("preset"),
       "The (keyword, value) pairs a named preset sets for a method; ValueError naming 'preset' for an unknown one.");
   module.def(
-      "method_check",
-      [](const std::string& method, const nb::dict& options, int heads, int64_t tokens, int head_dim) {
-        check_method_config(config_from(method, options), heads, tokens, head_dim);
+      "method_defaults",
+      [](const std::string& method) {
+        MethodConfig config;
+        config.method = from_string<MaskMethod>(method);
+        return options_of(config);
       },
-      nb::arg("method"), nb::arg("options"), nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"),
-      "Raises ValueError naming the option when the config cannot run on this shape.");
+      nb::arg("method"), "Every option of a method with MethodConfig's default, keyed by the Python keyword.");
+  module.def(
+      "method_options",
+      [](const std::string& method, const nb::dict& options) { return options_of(config_from(method, options)); },
+      nb::arg("method"), nb::arg("options"),
+      "Every option of a method as the C++ config holds it after `options` (keyword -> value) are set.");
+  module.def(
+      "method_check_options",
+      [](const std::string& method, const nb::dict& options) {
+        with_python_names([&] { check_method_options(config_from(method, options)); });
+      },
+      nb::arg("method"), nb::arg("options"),
+      "Raises ValueError naming the option whose value the method refuses whatever the shape of q and k.");
   module.def(
       "method_reference_mask",
       [](const std::string& method, const nb::dict& options, const AnyArray& q, const AnyArray& k) {
@@ -181,7 +293,7 @@ void bind_methods(nb::module_& module) {
         BlockMask mask;
         {
           nb::gil_scoped_release unlocked;
-          mask = reference_mask(config, qk);
+          mask = with_python_names([&] { return reference_mask(config, qk); });
         }
         return mask_to_array(mask);
       },

@@ -87,6 +87,12 @@ def plan_on_device(torch: Any, ingested: Ingested, options: dict[str, Any]) -> D
         scratch = torch.empty(max(1, scratch_bytes), dtype=torch.uint8, device=device)
         planner.plan(ingested.view, buffer.data_ptr(), buffer.numel(), prepared.data_ptr(), scratch.data_ptr(),
                      scratch.numel(), stream.cuda_stream)
+        if ingested.inputs_record is not None:
+            # A mask method's q or k held NaN or inf: its record becomes the plan's (on the device, in stream
+            # order), so the plan raises it at its first host access and the kernel computes nothing from it.
+            record = PlanBuffers(buffer, layout).record()
+            upstream = ingested.inputs_record
+            record.copy_(torch.where(upstream[0] != 0, upstream, record))
         if stream.cuda_stream != prepared_on and not torch.cuda.is_current_stream_capturing():
             # Read on another stream than it was allocated on: should the planner leave the cache, the
             # allocator must not hand its memory out again before this stream's work is done.

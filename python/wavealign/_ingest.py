@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import _core
+from . import _core, methods
 from ._util import block_pair, blocks_for, check_int, host_array, invalid, is_torch_tensor
 
 FLEX_ARRAYS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
@@ -45,13 +45,16 @@ class Ingested:
     view: `_core.MaskArrays` over host arrays (the CPU plan) or over device tensors (the GPU plan; the view
     keeps its arrays alive); owned: the device tensors of a GPU plan's own copy of a dense or CSR mask (dense:
     bool [H, MB, NB]; csr: row_ptr int64 and col_idx in its input dtype), None otherwise (a Flex mask is read
-    in place: the plan keeps the CSR the planner writes from it).
+    in place: the plan keeps the CSR the planner writes from it). inputs_record: for the GPU planner, the
+    device record of a mask from a GPU mask method (nonzero first entry: its q or k held NaN or inf), which
+    the plan adopts (wavealign.methods.pending_record).
     """
 
     view: Any
     source: Source
     block_size: tuple[int, int]
     owned: Any = None
+    inputs_record: Any = None
 
 
 def is_flex(block_mask: Any) -> bool:
@@ -121,7 +124,10 @@ def _framework(value: Any) -> tuple[str, Any]:
 
 def _dense(block_mask: Any, block_size: tuple[int, int], on_device: bool) -> Ingested:
     framework, device = _framework(block_mask)
+    record = methods.pending_record(block_mask)
     if not on_device:
+        if record is not None:
+            methods.check(block_mask)  # the host copy below waits for the generator all the same
         host = host_array(block_mask, "block_mask")
         view = _core.dense_view(host)
         dtype = block_mask.dtype if framework == "torch" else host.dtype
@@ -132,7 +138,7 @@ def _dense(block_mask: Any, block_size: tuple[int, int], on_device: bool) -> Ing
     # not change it), and uint8 values other than 0/1 become 0/1.
     owned = (mask if mask.dim() == 3 else mask.unsqueeze(0)).ne(0)
     source = Source("dense", "torch", device, mask.dim(), mask.dtype)
-    return Ingested(_core.dense_view(owned), source, block_size, owned)
+    return Ingested(_core.dense_view(owned), source, block_size, owned, record)
 
 
 def _csr_parts(block_mask: Any, heads: int | None, kv_blocks: int | None) -> tuple[Any, Any, int, int]:

@@ -467,7 +467,10 @@ def _step_hook(handle: WanSparseAttention) -> Any:
 
 # ---- apply / remove ----------------------------------------------------------------------------------------
 
-def _resolve_method(method: Any, options: dict[str, Any]) -> tuple[Callable[..., Any] | None, str]:
+def _resolve_method(method: Any, options: dict[str, Any],
+                    block_size: tuple[int, int]) -> tuple[Callable[..., Any] | None, str]:
+    """(the mask method as a callable (q, k) -> mask, or None for "dense"; its name). A named method makes its
+    mask in the plan's blocks: block_size goes to it, and its options are checked here, before any call."""
     if isinstance(method, str):
         if method == "dense":
             if options:
@@ -484,12 +487,29 @@ def _resolve_method(method: Any, options: dict[str, Any]) -> tuple[Callable[...,
         function = getattr(methods, method, None)
         if function is None:
             raise invalid("method", f"wavealign.methods has no {method!r}")
+        options = _method_options_with_block(method, options, block_size)
+        try:
+            methods.check_options(method, **options)
+        except TypeError as error:  # a keyword the method does not take
+            raise invalid("method_options", f"{error}") from error
     elif callable(method):
         function, method = method, getattr(method, "__name__", type(method).__name__)
     else:
         raise invalid("method", f"must be a method name or a callable (q, k) -> block mask, got "
                                 f"{type(method).__name__}")
     return (lambda q, k: function(q, k, **options)) if options else function, method
+
+
+def _method_options_with_block(method: str, options: dict[str, Any], block_size: tuple[int, int]) -> dict[str, Any]:
+    """A named method's options with apply's block size: its masks have square blocks, those of the plan."""
+    q_block, kv_block = block_size
+    if q_block != kv_block:
+        raise invalid("block_size", f"is {block_size}, but method {method!r} makes square blocks: give one size")
+    given = options.get("block_size", q_block)
+    if given != q_block:
+        raise invalid("method_options", f"block_size={given!r} differs from apply's block_size={q_block}: the "
+                                        "mask must be in the plan's blocks (give block_size to apply only)")
+    return dict(options, block_size=q_block)
 
 
 def _resolve_backend(backend: Any) -> Callable[..., Any] | None:
@@ -558,7 +578,8 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
         method: the mask method: "xattention", "sparge", "minference" or "flexprefill" (wavealign.methods),
             "dense" (every call dense, for timing), or any callable (q, k) -> block mask, called with the
             RoPE'd q and k as [B, H, L, d] views; the mask is what wavealign.plan takes (bool [H | B*H, MB, NB],
-            a CSR pair or a FlexAttention BlockMask) in blocks of `block_size`.
+            a CSR pair or a FlexAttention BlockMask) in blocks of `block_size`. A named method gets
+            `block_size` (square) and its options are checked here (wavealign.methods.check_options).
         backend: "wavealign" (fused kernel on CUDA, float32 reference on the CPU), "fa4" (FlashAttention-4,
             wavealign.fa4), "flex" (FlexAttention) or "sdpa-masked" (dense SDPA with the expanded mask, in the
             original order, no plan: the reference).
@@ -569,7 +590,7 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
             call). refresh > 1 keeps one plan per layer and branch alive (a GPU plan holds a bool copy of its
             mask: H x MB x NB bytes).
         block_size: tokens per mask block, int or (q_block, kv_block).
-        method_options: keyword arguments of the mask method.
+        method_options: keyword arguments of the mask method (a named method's block_size is apply's).
         skip, profile: as in wavealign.plan (the profile is parsed once, here).
         plan_options: further wavealign.plan keywords (wave_size, iterations, seed, gpu, planner, tokens,
             plan_reuse; plan_reuse defaults to `refresh`).
@@ -588,7 +609,8 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
         raise invalid("method_options", f"must be a dict or None, got {type(method_options).__name__}")
     if plan_options is not None and not isinstance(plan_options, dict):
         raise invalid("plan_options", f"must be a dict or None, got {type(plan_options).__name__}")
-    function, method_name = _resolve_method(method, dict(method_options or {}))
+    block = block_pair(block_size)
+    function, method_name = _resolve_method(method, dict(method_options or {}), block)
     backend_call = _resolve_backend(backend)
     order = check_choice(order, "order", "order")
     skip = check_choice(skip, "skip", "skip")
@@ -605,7 +627,7 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
         method=function, method_name=method_name, backend=backend, order=order,
         dense_steps=check_int(dense_steps, "dense_steps", 0),
         dense_layers=_dense_layer_set(dense_layers, len(attentions)), refresh=refresh,
-        block_size=block_pair(block_size), plan_options=options, timing=bool(timing), on_plan=on_plan,
+        block_size=block, plan_options=options, timing=bool(timing), on_plan=on_plan,
         layers=len(attentions), backend_call=backend_call)
     _register_op(torch)
 

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from . import _core
 from ._attention import sparse_attention
 from ._plan import Plan, plan as make_plan
 from ._util import INT64_MAX, blocks_for, check_int, invalid
@@ -142,7 +143,7 @@ def _split_of(q: Any, k: Any, v: Any, group: Any, layout: str, seq_len: Any) -> 
         raise invalid("q", f"has {heads} heads, which the {ranks} ranks of the group cannot share evenly: each "
                            f"rank runs H/P whole heads, so H must be a multiple of {ranks}")
     if seq_len is None:
-        sizes = [local_len] * ranks
+        sizes = _agreed_shard_lengths(local_len, group, q.device, rank)
     else:
         sizes = shard_sizes(seq_len, ranks)
         if sizes[rank] != local_len:
@@ -152,6 +153,23 @@ def _split_of(q: Any, k: Any, v: Any, group: Any, layout: str, seq_len: Any) -> 
     if sum(sizes) < 1:
         raise invalid("q", f"has an empty sequence: {local_len} tokens on each of {ranks} ranks")
     return _Split(layout, ranks, rank, batch, heads, sum(sizes), sizes, head_dim)
+
+
+def _agreed_shard_lengths(local_len: int, group: Any, device: torch.device, rank: int) -> list[int]:
+    """Every rank's shard length when the call gives no seq_len: they must all be equal (the all-to-alls split
+    the sequence evenly), and every rank must find out before any of them posts an all-to-all of unequal
+    sizes (which gloo answers with an abort, NCCL with a hang). One all-gather of one integer per rank, the
+    same on every rank, so that every rank raises the same ValueError (on NCCL reading it waits for the
+    device: pass seq_len to skip it)."""
+    mine = torch.tensor([local_len], dtype=torch.int64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, mine, group=group)
+    sizes = [int(length) for length in torch.cat(everyone).tolist()]
+    if len(set(sizes)) != 1:
+        raise invalid("seq_len", f"is needed: the ranks hold shards of {sizes} tokens (rank {rank}: {local_len}), "
+                                 f"and without seq_len every shard must hold L/P tokens; pass seq_len={sum(sizes)} "
+                                 "(the shards then follow torch.tensor_split's rule)")
+    return sizes
 
 
 # ---- the all-to-alls ------------------------------------------------------------------------------------------
@@ -238,15 +256,17 @@ class UlyssesAttention(torch.nn.Module):
     (and LSE) as this rank's sequence shard, in q's layout. q, k, v: this rank's shard of the sequence for all
     H heads, [B, H, L_r, d] (layout "bhld") or [B, L_r, H, d] ("blhd"), one dtype and device; H must be a
     multiple of the group's P ranks. Rank r holds tokens sum(sizes[:r]) .. sum(sizes[:r+1]) - 1 with sizes =
-    shard_sizes(L, P) (torch.tensor_split's rule); pass seq_len=L when L is not a multiple of P (without it,
-    every shard must hold L/P tokens). Every rank calls forward with the same arguments apart from its shard.
+    shard_sizes(L, P) (torch.tensor_split's rule); pass seq_len=L when L is not a multiple of P. Without it,
+    every shard must hold L/P tokens: the ranks all-gather their shard lengths first (one integer each; on NCCL
+    the host waits for it) and, should they differ, every rank raises the same ValueError naming seq_len, before
+    any all-to-all. Every rank calls forward with the same arguments apart from its shard.
 
     The rank's heads are r*H/P .. (r+1)*H/P - 1. Their mask comes, in this order of precedence, from:
       - plan: a Plan of those heads (H/P mask heads, or B*H/P for one mask per batch entry), used as it is;
       - mask_key with a cached plan: that plan (the mask method is not run);
       - block_mask: the rank's mask in any form wavealign.plan takes (shard_heads cuts it from a dense mask
-        of all heads); planned once and cached like wavealign.nn.SparseAttention (by mask_key, or by the
-        mask object and its version counters);
+        of all heads); cached like wavealign.nn.SparseAttention (by mask_key, or by a host mask's content; a
+        CUDA mask without mask_key is planned on every call);
       - mask_method: a callable (q, k) -> block mask, called with the rank's [B, H/P, L, d] views of q and k
         (whole sequence); its mask is planned on every call, or once per mask_key.
 
@@ -372,12 +392,11 @@ def _check_plan(plan: Any, argument: str, split: _Split) -> None:
     if not isinstance(plan, Plan):
         raise invalid(argument, f"must be a wavealign.Plan, got {type(plan).__name__}")
     first = split.rank * split.local_heads
-    expected = (split.local_heads, split.batch * split.local_heads)
-    if plan.heads not in expected:
+    if not _core.mask_heads_fit(plan.heads, split.batch, split.local_heads):
         raise invalid(argument, f"has {plan.heads} mask heads on rank {split.rank} of {split.ranks}, which runs q's "
                                 f"heads {first}..{first + split.local_heads - 1} of {split.heads}: expected the "
-                                f"rank's own heads, {expected[0]} (or B*H/P = {expected[1]}); shard_heads cuts "
-                                "them from a mask of all heads")
+                                f"rank's own heads, {split.local_heads} (or B*H/P = {split.batch * split.local_heads}, "
+                                "or 1 for all); shard_heads cuts them from a mask of all heads")
     q_block, kv_block = plan.block_size
     blocks = (blocks_for(split.seq_len, q_block), blocks_for(split.seq_len, kv_block))
     if (plan.q_blocks, plan.kv_blocks) != blocks:

@@ -9,7 +9,13 @@ q, k: [B, H, L, d] or [H, L, d]. CUDA torch tensors (bfloat16/float16) run the G
 stream without host synchronization and return a CUDA bool tensor; numpy arrays and CPU torch tensors run the
 fp64 CPU reference (small L) and return the same framework. Every method is the non-causal form video
 self-attention needs; docs/methods.md gives each method's steps, its parameters, the non-causal adaptations
-and the parity flags (options that reproduce a reference quirk).
+and the parity flags (options that reproduce a reference quirk). The options' defaults are the C++
+MethodConfig's (defaults(method)); check_options(method, **options) checks a set of options without q and k.
+
+q and k must be finite. NaN or inf raises ValueError naming q or k (and the first such value) on the CPU; on
+the GPU the generator records it on the device (no synchronization) and returns an empty mask carrying the
+record: wavealign.plan(mask) adopts it (the plan raises at its first host access, sparse_attention with it
+writes NaN), check(mask) raises it at once.
 
 Adapters (so that a user of the original packages plugs in without conversion code):
     from_sparge(block_map, seq_len=L)        SpargeAttn's per-head block map (its mask_id), 64x128 or 128x64
@@ -27,50 +33,73 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _core
-from ._util import check_int, host_array, invalid, is_torch_tensor, torch_or_none
+from ._util import INT64_MAX, check_int, check_scale_value, host_array, invalid, is_torch_tensor, torch_or_none
 
-__all__ = ["xattention", "sparge", "minference", "flexprefill", "from_sparge", "from_xattention", "from_minference"]
+__all__ = ["xattention", "sparge", "minference", "flexprefill", "from_sparge", "from_xattention", "from_minference",
+           "defaults", "check_options", "check"]
 
-QUERY_SAMPLES = ("strided", "last")
+METHODS = ("xattention", "sparge", "minference", "flexprefill")
 _CACHE_SIZE = 8
 _generators: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 _lock = threading.Lock()
+# The attribute under which a mask made on the GPU keeps the record of its inputs' NaN and inf check.
+_RECORD = "_wavealign_inputs_record"
+# Given as q and k, the methods return their resolved options instead of a mask (check_options).
+_RESOLVE_ONLY = object()
 
 
-def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = 0.9, stride: int = 8,
-               block_size: int = 128, force_first_kblock: bool = True, mask_padded_keys: bool = True,
-               force_dense: bool = False, scale: float | None = None, preset: str = "default") -> Any:
+def defaults(method: str) -> dict[str, Any]:
+    """Every option of `method` ("xattention", "sparge", "minference", "flexprefill") with its default, keyed by
+    its keyword: the C++ MethodConfig's (wavealign/methods.h), from which the functions here take theirs. Per-head
+    options are tuples; None means unset (scale: 1/sqrt(d); topk: TopCdf mode; max_budget: no bound)."""
+    if method not in METHODS:
+        raise invalid("method", f"unknown value {method!r} (expected one of: {', '.join(METHODS)})")
+    return {name: tuple(value) if isinstance(value, list) else value
+            for name, value in _core.method_defaults(method).items()}
+
+
+_XATTENTION, _SPARGE, _MINFERENCE, _FLEXPREFILL = (defaults(method) for method in METHODS)
+
+
+def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = _XATTENTION["threshold"],
+               stride: int = _XATTENTION["stride"], block_size: int = _XATTENTION["block_size"],
+               force_first_kblock: bool = _XATTENTION["force_first_kblock"],
+               mask_padded_keys: bool = _XATTENTION["mask_padded_keys"],
+               force_dense: bool = _XATTENTION["force_dense"], scale: float | None = _XATTENTION["scale"],
+               preset: str = "default") -> Any:
     """XAttention: antidiagonal scores of stride x stride tiles, per-row cumulative threshold.
 
-    Args:
+    Args (defaults: the C++ XAttentionOptions', see defaults("xattention")):
         threshold: tau, one value or one per head (of the flattened B*H); >= 1 keeps rows dense.
         stride: S (8 or 16 in the reference's video runs); must divide block_size.
-        block_size: square block of the mask: 128 (default) or 64 for the kernel.
+        block_size: square block of the mask: 128 or 64 for the kernel.
         force_first_kblock: keep key block 0 in every row (the reference's side effect, on for parity).
         mask_padded_keys: False = the reference's non-causal padding (zero keys take part in the softmax).
         force_dense: every block kept, nothing scored (warm-up steps, dense layers).
         scale: softmax scale; None = 1/sqrt(d).
         preset: "default" or "table1" (docs/methods.md; it sets no XAttention option: the defaults stay).
     """
-    _with_preset("xattention", preset, {}, {})
-    options = {"threshold": _per_head(threshold, "threshold"), "stride": check_int(stride, "stride", 1),
+    _with_preset("xattention", preset, {})
+    options = {"threshold": _per_head(threshold, "threshold"), "stride": check_int(stride, "stride"),
                "force_first_kblock": _flag(force_first_kblock, "force_first_kblock"),
                "mask_padded_keys": _flag(mask_padded_keys, "mask_padded_keys")}
     return _generate("xattention", q, k, options, block_size, force_dense, scale)
 
 
 def sparge(q: Any, k: Any, *, simthreshd1: float | Sequence[float] | None = None,
-           cdfthreshd: float | Sequence[float] | None = None, topk: float | Sequence[float] | None = None,
-           smooth_k: bool = True, attention_sink: bool = False, native_block: tuple[int, int] = (64, 128),
-           nan_dense_partial_blocks: bool = False, block_size: int = 128, force_dense: bool = False,
-           scale: float | None = None, preset: str = "default") -> Any:
+           cdfthreshd: float | Sequence[float] | None = None, topk: float | Sequence[float] | None = _SPARGE["topk"],
+           smooth_k: bool = _SPARGE["smooth_k"], attention_sink: bool = _SPARGE["attention_sink"],
+           native_block: tuple[int, int] = _SPARGE["native_block"],
+           nan_dense_partial_blocks: bool = _SPARGE["nan_dense_partial_blocks"],
+           block_size: int = _SPARGE["block_size"], force_dense: bool = _SPARGE["force_dense"],
+           scale: float | None = _SPARGE["scale"], preset: str = "default") -> Any:
     """SpargeAttn: mean-pooled Q/K, self-similarity filter, per-row TopCdf (or top-k) on its native blocks.
 
-    Args:
+    Args (defaults: the C++ SpargeOptions', see defaults("sparge")):
         simthreshd1: theta (a block is similar iff its mean pairwise cosine > theta), scalar or per head;
-            None = the preset's (default 0.6; "table1": -1, the filter off).
+            None = the preset's ("default": the C++ default; "table1": -1, the filter off).
         cdfthreshd: tau of TopCdf (the block that crosses tau excluded, at least one kept), scalar or per head;
-            None = the preset's (default 0.98; "table1": 0.96).
+            None = the preset's ("default": the C++ default; "table1": 0.96).
         topk: top-k mode instead: the kept fraction of key blocks per row, scalar or per head.
         smooth_k: subtract the sequence mean of K first.
         attention_sink: keep key block 0 in every row.
@@ -80,53 +109,57 @@ def sparge(q: Any, k: Any, *, simthreshd1: float | Sequence[float] | None = None
         preset: "default" or "table1" (options calibrated to the paper's Table I densities on the synthetic
             workload at 401 frames; docs/methods.md); options given explicitly win.
     """
-    chosen = _with_preset("sparge", preset, {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd},
-                          {"simthreshd1": 0.6, "cdfthreshd": 0.98})
+    chosen = _with_preset("sparge", preset, {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd})
     options = {"simthreshd1": _per_head(chosen["simthreshd1"], "simthreshd1"),
                "cdfthreshd": _per_head(chosen["cdfthreshd"], "cdfthreshd"),
+               "topk": None if topk is None else _per_head(topk, "topk"),
                "smooth_k": _flag(smooth_k, "smooth_k"), "attention_sink": _flag(attention_sink, "attention_sink"),
                "native_block": _pair(native_block, "native_block"),
                "nan_dense_partial_blocks": _flag(nan_dense_partial_blocks, "nan_dense_partial_blocks")}
-    if topk is not None:
-        options["topk"] = _per_head(topk, "topk")
     return _generate("sparge", q, k, options, block_size, force_dense, scale)
 
 
 def minference(q: Any, k: Any, *, vertical_size: int | None = None, slash_size: int | None = None,
-               sampled_queries: int = 64, query_sample: str = "strided", two_sided: bool = True, sink_tokens: int = 30,
-               near_diagonals: int = 100, block_size: int = 128, force_dense: bool = False, scale: float | None = None,
-               preset: str = "default") -> Any:
+               sampled_queries: int = _MINFERENCE["sampled_queries"],
+               query_sample: str = _MINFERENCE["query_sample"], two_sided: bool = _MINFERENCE["two_sided"],
+               sink_tokens: int = _MINFERENCE["sink_tokens"], near_diagonals: int = _MINFERENCE["near_diagonals"],
+               block_size: int = _MINFERENCE["block_size"], force_dense: bool = _MINFERENCE["force_dense"],
+               scale: float | None = _MINFERENCE["scale"], preset: str = "default") -> Any:
     """MInference vertical-slash: top key columns and top diagonals of sampled queries' softmax.
 
-    Args:
+    Args (defaults: the C++ MInferenceOptions', see defaults("minference")):
         vertical_size, slash_size: columns and diagonals kept (at least 30 and 50, as in the reference); None =
-            the preset's (default 1000 and 6096; "table1": 200 and 2000).
+            the preset's ("default": the C++ defaults; "table1": 200 and 2000).
         sampled_queries: queries that score the keys; query_sample "strided" (spread over the video, the
             non-causal adaptation) or "last" (the causal reference's choice).
         two_sided: diagonals on both sides of the main one (video); False = below it only.
         sink_tokens, near_diagonals: first columns and diagonals |q - k| below this always kept.
         preset: "default" or "table1" (docs/methods.md); options given explicitly win.
     """
-    chosen = _with_preset("minference", preset, {"vertical_size": vertical_size, "slash_size": slash_size},
-                          {"vertical_size": 1000, "slash_size": 6096})
-    options = {"vertical_size": check_int(chosen["vertical_size"], "vertical_size", 0),
-               "slash_size": check_int(chosen["slash_size"], "slash_size", 0),
-               "sampled_queries": check_int(sampled_queries, "sampled_queries", 1),
-               "query_sample": _choice(query_sample, "query_sample", QUERY_SAMPLES),
-               "two_sided": _flag(two_sided, "two_sided"), "sink_tokens": check_int(sink_tokens, "sink_tokens", 0),
-               "near_diagonals": check_int(near_diagonals, "near_diagonals", 0)}
+    chosen = _with_preset("minference", preset, {"vertical_size": vertical_size, "slash_size": slash_size})
+    options = {"vertical_size": check_int(chosen["vertical_size"], "vertical_size"),
+               "slash_size": check_int(chosen["slash_size"], "slash_size"),
+               "sampled_queries": check_int(sampled_queries, "sampled_queries"),
+               "query_sample": _text(query_sample, "query_sample"),
+               "two_sided": _flag(two_sided, "two_sided"), "sink_tokens": check_int(sink_tokens, "sink_tokens"),
+               "near_diagonals": check_int(near_diagonals, "near_diagonals")}
     return _generate("minference", q, k, options, block_size, force_dense, scale)
 
 
-def flexprefill(q: Any, k: Any, *, gamma: float | None = None, tau: float = 0.1, min_budget: int = 1024,
-                max_budget: int | None = None, representative_blocks: int = 4, query_sample: str = "strided",
-                two_sided: bool = True, force_first_kblock: bool = True, js_nan_is_vertical_slash: bool = False,
-                budget_block_128: bool = False, block_size: int = 128, force_dense: bool = False,
-                scale: float | None = None, preset: str = "default") -> Any:
+def flexprefill(q: Any, k: Any, *, gamma: float | None = None, tau: float = _FLEXPREFILL["tau"],
+                min_budget: int = _FLEXPREFILL["min_budget"], max_budget: int | None = _FLEXPREFILL["max_budget"],
+                representative_blocks: int = _FLEXPREFILL["representative_blocks"],
+                query_sample: str = _FLEXPREFILL["query_sample"], two_sided: bool = _FLEXPREFILL["two_sided"],
+                force_first_kblock: bool = _FLEXPREFILL["force_first_kblock"],
+                js_nan_is_vertical_slash: bool = _FLEXPREFILL["js_nan_is_vertical_slash"],
+                budget_block_128: bool = _FLEXPREFILL["budget_block_128"],
+                block_size: int = _FLEXPREFILL["block_size"], force_dense: bool = _FLEXPREFILL["force_dense"],
+                scale: float | None = _FLEXPREFILL["scale"], preset: str = "default") -> Any:
     """FlexPrefill: coverage budgets of vertical and slash blocks, or query-aware heads by JS distance.
 
-    Args:
-        gamma: coverage in (0, 1]; None = the preset's (default 0.60, the paper's video runs; "table1": 0.965).
+    Args (defaults: the C++ FlexPrefillOptions', see defaults("flexprefill")):
+        gamma: coverage in (0, 1]; None = the preset's ("default": the C++ default, the paper's video runs;
+            "table1": 0.965).
         tau: JS distance below which a head is query-aware (0 = never).
         min_budget, max_budget: token bounds of both budgets (max None = no bound).
         representative_blocks, query_sample: the query blocks that score the keys ("strided" over the video,
@@ -137,17 +170,48 @@ def flexprefill(q: Any, k: Any, *, gamma: float | None = None, tau: float = 0.1,
             hard-coded 128-token budget blocks.
         preset: "default" or "table1" (docs/methods.md); options given explicitly win.
     """
-    chosen = _with_preset("flexprefill", preset, {"gamma": gamma}, {"gamma": 0.6})
+    chosen = _with_preset("flexprefill", preset, {"gamma": gamma})
     options = {"gamma": _number(chosen["gamma"], "gamma"), "tau": _number(tau, "tau"),
-               "min_budget": check_int(min_budget, "min_budget", 0),
-               "max_budget": 0 if max_budget is None else check_int(max_budget, "max_budget", 1),
-               "representative_blocks": check_int(representative_blocks, "representative_blocks", 1),
-               "query_sample": _choice(query_sample, "query_sample", QUERY_SAMPLES),
+               "min_budget": check_int(min_budget, "min_budget", maximum=INT64_MAX),
+               "max_budget": None if max_budget is None else check_int(max_budget, "max_budget", 1, INT64_MAX),
+               "representative_blocks": check_int(representative_blocks, "representative_blocks"),
+               "query_sample": _text(query_sample, "query_sample"),
                "two_sided": _flag(two_sided, "two_sided"),
                "force_first_kblock": _flag(force_first_kblock, "force_first_kblock"),
                "js_nan_is_vertical_slash": _flag(js_nan_is_vertical_slash, "js_nan_is_vertical_slash"),
                "budget_block_128": _flag(budget_block_128, "budget_block_128")}
     return _generate("flexprefill", q, k, options, block_size, force_dense, scale)
+
+
+_FUNCTIONS = {"xattention": xattention, "sparge": sparge, "minference": minference, "flexprefill": flexprefill}
+
+
+def check_options(method: str, **options: Any) -> None:
+    """Checks the keyword arguments of `method` as it would be called, without q and k: ValueError naming the
+    first option it refuses whatever q and k are (a stride that does not divide block_size, a threshold <= 0,
+    an unknown preset, ...), TypeError for a keyword it does not take. For integrations that set a method up
+    before they see Q and K (wavealign.diffusers.apply); the per-head options' counts need the heads."""
+    if method not in _FUNCTIONS:
+        raise invalid("method", f"unknown value {method!r} (expected one of: {', '.join(METHODS)})")
+    _FUNCTIONS[method](_RESOLVE_ONLY, _RESOLVE_ONLY, **options)
+
+
+def check(mask: Any) -> None:
+    """Raises the ValueError of a mask made on the GPU from q or k that held NaN or inf ("invalid argument 'q'"
+    or 'k', with the first such value; the mask itself is then empty). Reads the generator's record, so it waits
+    for the generator's stream. Returns for a valid mask and for anything else (a CPU method refuses such inputs
+    at once)."""
+    record = pending_record(mask)
+    if record is not None:
+        message = _core.mask_error_message(record.cpu().numpy())
+        if message is not None:
+            raise ValueError(message)
+
+
+def pending_record(mask: Any) -> Any:
+    """The device record (int32 [10], first entry nonzero: q or k held NaN or inf) that a GPU generator wrote
+    with `mask`, or None for a mask it did not make. A view or copy of the mask is a new tensor without it."""
+    return getattr(mask, _RECORD, None) if is_torch_tensor(mask) else None
 
 
 # ---- adapters --------------------------------------------------------------------------------------------
@@ -195,22 +259,27 @@ def from_minference(vertical_indices: Any, slash_indices: Any, *, seq_len: int, 
 
 # ---- shared steps ----------------------------------------------------------------------------------------
 
-def _with_preset(method: str, preset: Any, given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+def _with_preset(method: str, preset: Any, given: dict[str, Any]) -> dict[str, Any]:
     """The values of the preset-set options: the given ones (not None), else the preset's (from the C++ table),
-    else the documented defaults."""
+    else the C++ defaults."""
     if not isinstance(preset, str):
         raise invalid("preset", f"must be a string (\"default\" or \"table1\"), got {type(preset).__name__}")
-    chosen = dict(defaults)
+    method_defaults = defaults(method)
+    chosen = {name: method_defaults[name] for name in given}
     for name, value in _core.method_preset_options(method, preset):
-        chosen[name] = int(value) if isinstance(defaults.get(name), int) else value
+        chosen[name] = int(value) if isinstance(method_defaults[name], int) else value
     chosen.update({name: value for name, value in given.items() if value is not None})
     return chosen
 
 
 def _generate(method: str, q: Any, k: Any, options: dict[str, Any], block_size: Any, force_dense: Any,
               scale: Any) -> Any:
-    options = dict(options, block=check_int(block_size, "block_size", 1), force_dense=_flag(force_dense, "force_dense"),
-                   scale=0.0 if scale is None else _number(scale, "scale"))
+    options = dict(options, block_size=check_int(block_size, "block_size"),
+                   force_dense=_flag(force_dense, "force_dense"),
+                   scale=None if scale is None else check_scale_value(scale))
+    if q is _RESOLVE_ONLY:
+        _core.method_check_options(method, options)
+        return options
     shape = _check_shapes(q, k)
     batch, heads, length, head_dim = shape
     if is_torch_tensor(q) and q.device.type == "cuda":
@@ -240,9 +309,13 @@ def _generate_on_gpu(method: str, q: Any, k: Any, options: dict[str, Any], shape
     generator, workspace = _generator(torch, q.device, method, options, shape)
     blocks = generator.q_blocks
     mask = torch.empty((batch * heads, blocks, blocks), dtype=torch.bool, device=q.device)
+    record = torch.empty(_core.mask_error_bytes, dtype=torch.uint8, device=q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     generator.run(q.data_ptr(), k.data_ptr(), names[q.dtype], _strides(q), _strides(k), mask.data_ptr(),
-                  workspace.data_ptr(), workspace.numel(), stream, batch, heads, length, head_dim)
+                  record.data_ptr(), workspace.data_ptr(), workspace.numel(), stream, batch, heads, length, head_dim)
+    # The NaN and inf check's record stays on the device (no synchronization): a plan of the mask adopts it,
+    # check(mask) reads it.
+    setattr(mask, _RECORD, record.view(torch.int32))
     return mask
 
 
@@ -370,7 +443,7 @@ def _pair(value: Any, argument: str) -> tuple[int, int]:
     return check_int(value[0], argument, 1), check_int(value[1], argument, 1)
 
 
-def _choice(value: Any, argument: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise invalid(argument, f"unknown value {value!r} (expected one of: {', '.join(choices)})")
+def _text(value: Any, argument: str) -> str:
+    if not isinstance(value, str):
+        raise invalid(argument, f"must be a string, got {type(value).__name__}")
     return value

@@ -3,29 +3,38 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import Any
 
+import numpy as np
 import torch
 
-from . import _profile
+from . import _ingest, _profile
 from ._attention import sparse_attention
 from ._plan import Plan, plan as make_plan
+from ._util import host_array
 
 
-class _Entry(NamedTuple):
-    mask: Any           # the mask object itself: holding it keeps its id from being reused
-    versions: tuple     # in-place version counters of its tensors when the entry was made
-    plan: Plan
-
-
-def _mask_tensors(block_mask: Any) -> list[torch.Tensor]:
-    if isinstance(block_mask, torch.Tensor):
-        return [block_mask]
+def _content_key(block_mask: Any) -> tuple | None:
+    """The content of a host mask as a hashable key: its kind, and per array its framework, dtype, shape and
+    bytes (a dense mask's kept/skipped bits packed, 1/8 of its bytes); a FlexAttention mask's block size and
+    lengths too. None for a mask on a CUDA device, whose content is not read on the host."""
+    if _ingest.on_cuda(block_mask):
+        return None
+    if _ingest.is_flex(block_mask):
+        arrays = [getattr(block_mask, name, None) for name in _ingest.FLEX_ARRAYS]
+        extra = (repr(getattr(block_mask, "BLOCK_SIZE", None)), repr(getattr(block_mask, "seq_lengths", None)))
+        return ("flex", extra, *(_array_key(array, pack=False) for array in arrays))
     if isinstance(block_mask, (tuple, list)):
-        return [x for x in block_mask if isinstance(x, torch.Tensor)]
-    return [x for x in (getattr(block_mask, name, None) for name in
-                        ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"))
-            if isinstance(x, torch.Tensor)]
+        return ("csr", *(_array_key(array, pack=False) for array in block_mask))
+    return ("dense", _array_key(block_mask, pack=True))
+
+
+def _array_key(array: Any, pack: bool) -> tuple:
+    if array is None:
+        return (None,)
+    host = host_array(array, "block_mask")
+    content = np.packbits(host != 0) if pack else np.ascontiguousarray(host)
+    return (type(array).__name__, str(host.dtype), host.shape, content.tobytes())
 
 
 class SparseAttention(torch.nn.Module):
@@ -35,13 +44,18 @@ class SparseAttention(torch.nn.Module):
     block_mask is what a mask method produced (bool/uint8 [H, MB, NB] or [B*H, MB, NB], a CSR pair, or a
     FlexAttention BlockMask). CUDA bf16/fp16 tensors run the fused kernel; CPU tensors the float32 reference.
 
-    Plans are cached per mask, keyed by the caller, never by hashing the mask on the host:
-      - mask_key (any hashable, e.g. (layer, step // refresh)): the plan of that key is reused as long as it is
-        cached; pass a new key when the mask changes. block_mask may then be None on a hit.
-      - without mask_key: the mask object's identity and the in-place version counters of its tensors; a new
-        tensor or an in-place write gives a new plan. numpy masks have no version counter: mutate them in place
-        only with a mask_key.
-    The cache holds at most `cache_size` plans (oldest out first) and keeps their masks alive.
+    No result is computed from a stale plan: a plan is reused only for the mask it was made from.
+      - mask_key (any hashable, e.g. (layer, step // refresh)): the caller's name for the mask's content; the
+        plan of that key is reused as long as it is cached (block_mask may then be None). Pass a new key when
+        the mask changes.
+      - without mask_key, a host mask (numpy, CPU tensors) is keyed by its content: the bits of a dense mask
+        (packed, 1/8 of its bytes, compared at every call), the arrays of a CSR or FlexAttention mask. Edits in
+        place, through views (`mask.numpy()[i] = ...`) or not, give a new plan; an equal mask, even a new
+        object, reuses the plan.
+      - without mask_key, a CUDA mask is planned on every call: its content is not read on the host (that would
+        synchronize), and the GPU plan is asynchronous (2.6 ms for a 40-head Wan2.1-14B layer, 0.2 % of its
+        attention; docs/gpu-plan.md). Pass mask_key to reuse its plan.
+    The cache holds at most `cache_size` plans (oldest out first).
 
     Args: block_size, wave_size, order, iterations, seed, skip, gpu, plan_reuse, profile: as in wavealign.plan()
     (the profile is parsed once, here; each plan reads it at the mask's length, see wavealign.plan's `tokens`);
@@ -62,32 +76,41 @@ class SparseAttention(torch.nn.Module):
         self.head_order = head_order
         self.kernel = kernel
         self.cache_size = max(1, int(cache_size))
-        self._plans: OrderedDict[Any, _Entry] = OrderedDict()
+        self._plans: OrderedDict[Any, Plan] = OrderedDict()
 
     def extra_repr(self) -> str:
         return f"order={self.plan_options['order']!r}, block_size={self.plan_options['block_size']}, " \
                f"cached_plans={len(self._plans)}"
 
     def plan_for(self, block_mask: Any, mask_key: Any = None, *, head_dim: int = 128) -> Plan:
-        """The cached plan of this mask (see the class docstring), planning it on a miss."""
-        key = ("key", mask_key) if mask_key is not None else ("id", id(block_mask))
-        entry = self._plans.get(key)
-        if entry is not None and (mask_key is not None or self._still_valid(entry, block_mask)):
-            return entry.plan
-        if block_mask is None:
-            raise ValueError("invalid argument 'block_mask': is None and no plan is cached for this mask_key")
+        """The plan of this mask: cached by mask_key or by a host mask's content (see the class docstring),
+        planned on a miss; a CUDA mask without mask_key is planned every time."""
+        if mask_key is not None:
+            key = ("key", mask_key)
+            cached = self._plans.get(key)
+            if cached is not None:
+                self._plans.move_to_end(key)
+                return cached
+            if block_mask is None:
+                raise ValueError("invalid argument 'block_mask': is None and no plan is cached for this mask_key")
+        elif block_mask is None:
+            raise ValueError("invalid argument 'block_mask': is None and no mask_key is given")
+        else:
+            try:
+                content = _content_key(block_mask)
+            except ValueError:
+                content = None  # not a mask: wavealign.plan says why
+            key = None if content is None else ("content", content)
+            cached = self._plans.get(key) if key is not None else None
+            if cached is not None:
+                self._plans.move_to_end(key)
+                return cached
         new_plan = self._plan(block_mask, head_dim)
-        self._plans[key] = _Entry(block_mask, self._versions(block_mask), new_plan)
-        while len(self._plans) > self.cache_size:
-            self._plans.popitem(last=False)
+        if key is not None:
+            self._plans[key] = new_plan
+            while len(self._plans) > self.cache_size:
+                self._plans.popitem(last=False)
         return new_plan
-
-    @staticmethod
-    def _versions(block_mask: Any) -> tuple:
-        return tuple(x._version for x in _mask_tensors(block_mask))
-
-    def _still_valid(self, entry: _Entry, block_mask: Any) -> bool:
-        return entry.mask is block_mask and entry.versions == self._versions(block_mask)
 
     @torch.compiler.disable
     def _plan(self, block_mask: Any, head_dim: int) -> Plan:

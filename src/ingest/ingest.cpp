@@ -145,6 +145,8 @@ const char* mask_error_argument(MaskErrorCode code) {
     case MaskErrorCode::kFullCountOutOfRange: return "full_kv_num_blocks";
     case MaskErrorCode::kFullIndexOutOfRange:
     case MaskErrorCode::kFullIndexRepeated: return "full_kv_indices";
+    case MaskErrorCode::kQueryNotFinite: return "q";
+    case MaskErrorCode::kKeyNotFinite: return "k";
   }
   return "block_mask";
 }
@@ -176,6 +178,11 @@ std::string mask_error_text(const MaskError& error) {
     case MaskErrorCode::kFullIndexRepeated:
       return detail::concat(row, ", entry ", error.entry, " lists block ", error.value,
                             ", which the row already lists (in kv_indices or full_kv_indices)");
+    case MaskErrorCode::kQueryNotFinite:
+    case MaskErrorCode::kKeyNotFinite:
+      return detail::concat("holds ", error.value == 0 ? "NaN" : error.value > 0 ? "+inf" : "-inf", " at head ",
+                            error.head, ", token ", error.entry, ", channel ", error.bound,
+                            ": the mask methods score finite values only");
   }
   return detail::concat("breaks an unknown rule (code ", error.code, ")");
 }

@@ -7,6 +7,7 @@
 #include "methods/rules.h"
 #include "methods/select.h"
 #include "wavealign/error.h"
+#include "wavealign/ingest.h"
 #include "wavealign/methods.h"
 
 namespace wavealign {
@@ -15,13 +16,29 @@ namespace {
 
 bool is_block_size(int size) { return size >= 16 && size <= 256 && std::has_single_bit(unsigned(size)); }
 
-void check_per_head(const std::vector<double>& values, int heads, const char* argument, double low,
-                    bool low_inclusive, const char* range) {
-  WA_CHECK_ARG(values.size() == 1 || values.size() == size_t(heads), argument, "needs one value or one per head (",
-               heads, "), got ", values.size());
+void check_values(const std::vector<double>& values, const char* argument, double low, bool low_inclusive,
+                  const char* range) {
+  WA_CHECK_ARG(!values.empty(), argument, "needs one value or one per head, got none");
   for (double value : values)
     WA_CHECK_ARG(std::isfinite(value) && (low_inclusive ? value >= low : value > low), argument, "must be ",
                  range, ", got ", value);
+}
+
+void check_per_head_count(const std::vector<double>& values, int heads, const char* argument) {
+  WA_CHECK_ARG(values.size() == 1 || values.size() == size_t(heads), argument, "needs one value or one per head (",
+               heads, "), got ", values.size());
+}
+
+// The first NaN or inf of q, then of k, in the scan order of methods/rules.h (code kNone: all finite).
+MaskError find_non_finite(const HostQk& qk) {
+  for (const bool keys : {false, true}) {
+    const std::span<const float> values = keys ? qk.k : qk.q;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i]))
+        return methods::non_finite_error(methods::non_finite_key(keys, 0, 0, 0, qk.heads, qk.tokens, qk.head_dim) + i,
+                                         values[i], qk.heads, qk.tokens, qk.head_dim);
+  }
+  return {};
 }
 
 }  // namespace
@@ -50,14 +67,9 @@ void set_preset_option(MethodConfig& config, const PresetOption& option) {
   else throw InvalidArgument("preset", detail::concat("has no option '", name, "'"));
 }
 
-void check_method_config(const MethodConfig& config, int heads, int64_t tokens, int head_dim) {
-  WA_CHECK_ARG(heads > 0, "heads", "must be > 0, got ", heads);
-  WA_CHECK_ARG(tokens > 0, "tokens", "must be > 0, got ", tokens);
-  WA_CHECK_ARG(head_dim > 0, "head_dim", "must be > 0, got ", head_dim);
+void check_method_options(const MethodConfig& config) {
   WA_CHECK_ARG(is_block_size(config.block), "block",
                "must be a power of two in [16, 256] (128 or 64 for the kernel), got ", config.block);
-  WA_CHECK_ARG(tokens <= int64_t(config.block) * (int64_t(1) << 30), "tokens", "too long for ", config.block,
-               "-token blocks: ", tokens);
   WA_CHECK_ARG(std::isfinite(config.scale) && config.scale >= 0, "scale",
                "must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", config.scale);
   if (config.force_dense) return;
@@ -66,16 +78,16 @@ void check_method_config(const MethodConfig& config, int heads, int64_t tokens, 
       const XAttentionOptions& options = config.xattention;
       WA_CHECK_ARG(options.stride >= 1 && config.block % options.stride == 0, "stride",
                    "must divide the block (", config.block, "), got ", options.stride);
-      check_per_head(options.threshold, heads, "threshold", 0, false, "> 0");
+      check_values(options.threshold, "threshold", 0, false, "> 0");
       break;
     }
     case MaskMethod::kSparge: {
       const SpargeOptions& options = config.sparge;
-      check_per_head(options.simthreshd1, heads, "simthreshd1", -HUGE_VAL, false, "finite");
+      check_values(options.simthreshd1, "simthreshd1", -HUGE_VAL, false, "finite");
       if (options.topk.empty()) {
-        check_per_head(options.cdfthreshd, heads, "cdfthreshd", 0, false, "> 0");
+        check_values(options.cdfthreshd, "cdfthreshd", 0, false, "> 0");
       } else {
-        check_per_head(options.topk, heads, "topk", 0, false, "in (0, 1]");
+        check_values(options.topk, "topk", 0, false, "in (0, 1]");
         for (double value : options.topk) WA_CHECK_ARG(value <= 1, "topk", "must be in (0, 1], got ", value);
       }
       WA_CHECK_ARG(is_block_size(options.native_block.q_block) && is_block_size(options.native_block.kv_block),
@@ -105,6 +117,22 @@ void check_method_config(const MethodConfig& config, int heads, int64_t tokens, 
   }
 }
 
+void check_method_config(const MethodConfig& config, int heads, int64_t tokens, int head_dim) {
+  WA_CHECK_ARG(heads > 0, "heads", "must be > 0, got ", heads);
+  WA_CHECK_ARG(tokens > 0, "tokens", "must be > 0, got ", tokens);
+  WA_CHECK_ARG(head_dim > 0, "head_dim", "must be > 0, got ", head_dim);
+  check_method_options(config);
+  WA_CHECK_ARG(tokens <= int64_t(config.block) * (int64_t(1) << 30), "tokens", "too long for ", config.block,
+               "-token blocks: ", tokens);
+  if (config.force_dense) return;
+  if (config.method == MaskMethod::kXAttention) check_per_head_count(config.xattention.threshold, heads, "threshold");
+  if (config.method == MaskMethod::kSparge) {
+    check_per_head_count(config.sparge.simthreshd1, heads, "simthreshd1");
+    check_per_head_count(config.sparge.topk.empty() ? config.sparge.cdfthreshd : config.sparge.topk, heads,
+                         config.sparge.topk.empty() ? "cdfthreshd" : "topk");
+  }
+}
+
 BlockMask reference_mask(const MethodConfig& config, const HostQk& qk) {
   check_method_config(config, qk.heads, qk.tokens, qk.head_dim);
   const size_t values = size_t(qk.heads) * size_t(qk.tokens) * size_t(qk.head_dim);
@@ -118,6 +146,7 @@ BlockMask reference_mask(const MethodConfig& config, const HostQk& qk) {
         for (int j = 0; j < blocks; ++j) mask.set(h, i, j);
     return mask;
   }
+  if (const MaskError error = find_non_finite(qk); error.code != int32_t(MaskErrorCode::kNone)) throw_mask_error(error);
   switch (config.method) {
     case MaskMethod::kXAttention: return methods::xattention_reference(config, qk, nullptr);
     case MaskMethod::kSparge: return methods::sparge_reference(config, qk, nullptr);

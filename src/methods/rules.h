@@ -1,6 +1,7 @@
 // The index rules of the mask methods that the CPU references and the GPU generators share: which queries are
 // sampled, which block offset a diagonal pools into, how token budgets become block budgets, which blocks of
-// one grid overlap a block of another, and how far XAttention's reference pads its keys. nvcc compiles them
+// one grid overlap a block of another, how far XAttention's reference pads its keys, and which non-finite
+// input is reported first. nvcc compiles them
 // for both sides (WA_HOST_DEVICE), so the two cannot drift apart.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/host_device.h"
+#include "wavealign/ingest.h"
 #include "wavealign/methods.h"
 
 namespace wavealign::methods {
@@ -108,6 +110,41 @@ WA_HOST_DEVICE inline LaneSpan xattention_lanes(int per_block) {
 constexpr double kOwnTotal = 0;
 constexpr double kProbabilityMass = 1;
 WA_HOST_DEVICE inline double flexprefill_map_mass(int q_blocks) { return double(q_blocks); }
+
+// ---- non-finite inputs ------------------------------------------------------------------------------------
+// Both sides report the first NaN or inf in one scan order: q's elements in [mask head, token, channel]
+// order, then k's, as a 64-bit key (smaller = earlier). The host scans in order and stops; the device checks
+// every element in parallel and keeps the smallest key (atomicMin). One decoder makes the record of either.
+
+/// The key of "every value is finite".
+constexpr uint64_t kAllFinite = ~uint64_t{0};
+
+/// Whether a bf16 or fp16 bit pattern is NaN or +-inf: its exponent bits are all set.
+WA_HOST_DEVICE inline bool is_non_finite_16bit(uint16_t bits, cuda::ElementType type) {
+  const uint16_t exponent = type == cuda::ElementType::kBf16 ? 0x7F80 : 0x7C00;
+  return (bits & exponent) == exponent;
+}
+
+/// The key of element (mask head m, token t, channel c) of q (keys false) or k, of `heads` mask heads.
+WA_HOST_DEVICE inline uint64_t non_finite_key(bool keys, int m, int64_t t, int c, int heads, int64_t tokens,
+                                              int head_dim) {
+  const uint64_t per_tensor = uint64_t(heads) * uint64_t(tokens) * uint64_t(head_dim);
+  return (keys ? per_tensor : 0) + (uint64_t(m) * uint64_t(tokens) + uint64_t(t)) * uint64_t(head_dim) + uint64_t(c);
+}
+
+/// The record of the element at `key` whose value is `value` (NaN or +-inf).
+WA_HOST_DEVICE inline MaskError non_finite_error(uint64_t key, float value, int heads, int64_t tokens, int head_dim) {
+  const uint64_t per_tensor = uint64_t(heads) * uint64_t(tokens) * uint64_t(head_dim);
+  const bool keys = key >= per_tensor;
+  const uint64_t index = keys ? key - per_tensor : key;
+  MaskError error;
+  error.code = int32_t(keys ? MaskErrorCode::kKeyNotFinite : MaskErrorCode::kQueryNotFinite);
+  error.head = int32_t(index / (uint64_t(tokens) * uint64_t(head_dim)));
+  error.entry = int64_t(index / uint64_t(head_dim) % uint64_t(tokens));
+  error.bound = int64_t(index % uint64_t(head_dim));
+  error.value = value != value ? 0 : value > 0 ? 1 : -1;
+  return error;
+}
 
 /// Per-head value of a per-head option (one value for all heads, or one per head; host only).
 inline double per_head(const std::vector<double>& values, int head) {

@@ -201,6 +201,54 @@ TEST(MethodConfig, RejectsBadOptionsByName) {
   expect_invalid([&] { reference_mask(config, short_k.view()); }, "k");
 }
 
+// An integration sets a method up before it sees Q and K: the option values are checked without a shape,
+// the per-head counts only with one.
+TEST(MethodConfig, OptionValuesAreCheckedWithoutAShape) {
+  MethodConfig config = config_of(MaskMethod::kXAttention, 16);
+  config.xattention.stride = 32;
+  expect_invalid([&] { check_method_options(config); }, "stride");
+  config.xattention.stride = 8;
+  config.xattention.threshold = {0.9, 0.8, 0.7};
+  check_method_options(config);
+  expect_invalid([&] { check_method_config(config, 2, 100, 16); }, "threshold");
+  config = config_of(MaskMethod::kSparge, 64);
+  config.sparge.native_block = {64, 96};
+  expect_invalid([&] { check_method_options(config); }, "native_block");
+}
+
+// NaN or inf anywhere in q or k: every method refuses it, naming the tensor and the first such value in the
+// scan order (q's heads, tokens, channels, then k's), with the record the GPU generators write.
+TEST(MethodConfig, NonFiniteValuesAreRefusedNamingTheFirstOne) {
+  const QkInputs clean = clustered_qk(2, 150, 16, 3);
+  auto at = [&](int head, int64_t token, int channel) { return (size_t(head) * clean.tokens + token) * 16 + channel; };
+  auto expect_refused = [](const MethodConfig& config, const QkInputs& inputs, const char* argument,
+                           const std::string& words) {
+    try {
+      reference_mask(config, inputs.view());
+      ADD_FAILURE() << to_string(config.method) << ": no InvalidArgument, expected '" << argument << "'";
+    } catch (const InvalidArgument& error) {
+      EXPECT_EQ(error.argument(), argument) << error.what();
+      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+    }
+  };
+  for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,
+                            MaskMethod::kFlexPrefill}) {
+    const MethodConfig config = config_of(method, 64);
+    QkInputs inputs = clean;
+    inputs.k[at(1, 140, 9)] = -INFINITY;
+    inputs.k[at(1, 37, 5)] = NAN;
+    expect_refused(config, inputs, "k", "holds NaN at head 1, token 37, channel 5");
+    inputs.q[at(1, 149, 15)] = -INFINITY;  // a query that no method samples: refused all the same
+    expect_refused(config, inputs, "q", "holds -inf at head 1, token 149, channel 15");
+    inputs.q[at(0, 2, 0)] = INFINITY;
+    expect_refused(config, inputs, "q", "holds +inf at head 0, token 2, channel 0");
+
+    MethodConfig dense = config;
+    dense.force_dense = true;  // reads no value
+    EXPECT_EQ(reference_mask(dense, inputs.view()).nnz(), 2 * 3 * 3) << to_string(method);
+  }
+}
+
 // ---- XAttention ------------------------------------------------------------------------------------------
 
 TEST(XAttentionReference, UniformScoresKeepTheLowerBlocksOfATie) {

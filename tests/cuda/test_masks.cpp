@@ -1,8 +1,8 @@
 // The GPU mask generators against their fp64 CPU references on the same 16-bit inputs: every method at 128
 // and 64-token blocks, bf16 and fp16, partial last blocks, the parity flags, padded strides with poisoned
-// padding, batch folding, force_dense, the CSR output, determinism and graph capture; the fused scoring of
-// sampled runs against an fp64 host computation; and the host-side argument checks (which run without a
-// device).
+// padding, batch folding, force_dense, the CSR output, the NaN and inf record, determinism and graph capture;
+// the fused scoring of sampled runs against an fp64 host computation; and the host-side argument checks (which
+// run without a device).
 //
 // Tie rule and bound: the GPU scores in fp32 from fp32 GEMM sums, the reference in fp64, so a block whose
 // score or cumulative sum sits within ~1e-6 of its rule's boundary may go either way. For clustered inputs
@@ -68,10 +68,12 @@ struct GpuMask {
   BlockMask mask;
   std::vector<uint8_t> dense;
   CsrMask csr;
+  MaskError error;
 };
 
 /// Uploads Q and K as [batch, heads, tokens, head_dim] with padded token and head strides (padding poisoned
-/// with NaN bit patterns, so any read of it spoils the mask), runs the generator, and reads back both forms.
+/// with NaN bit patterns, so any read of it spoils the mask or its NaN and inf record), runs the generator, and
+/// reads back both forms and the record.
 GpuMask run_generator(const MethodConfig& config, const QkInputs& inputs, ElementType type, int batch,
                       cudaStream_t stream = nullptr) {
   const int heads = inputs.heads / batch;
@@ -95,8 +97,9 @@ GpuMask run_generator(const MethodConfig& config, const QkInputs& inputs, Elemen
   const int64_t entries = int64_t(inputs.heads) * blocks * blocks;
   DeviceBuffer dense(static_cast<size_t>(entries)), row_ptr(size_t(inputs.heads * blocks + 1) * 8),
       col_idx(size_t(entries) * 4);
-  DeviceBuffer workspace(generator.workspace_bytes());
+  DeviceBuffer workspace(generator.workspace_bytes()), error(sizeof(MaskError));
   cudaMemset(dense.get(), 0xAB, size_t(entries));  // every byte must be written
+  cudaMemset(error.get(), 0xAB, error.bytes());
   DeviceQk device;
   device.q = q.get();
   device.k = k.get();
@@ -113,9 +116,11 @@ GpuMask run_generator(const MethodConfig& config, const QkInputs& inputs, Elemen
   outputs.row_ptr = row_ptr.as<int64_t>();
   outputs.col_idx = col_idx.as<int32_t>();
   outputs.col_capacity = entries;
+  outputs.error = error.as<MaskError>();
   generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   GpuMask result;
+  cudaMemcpy(&result.error, error.get(), sizeof(MaskError), cudaMemcpyDeviceToHost);
   result.dense.resize(size_t(entries));
   cudaMemcpy(result.dense.data(), dense.get(), result.dense.size(), cudaMemcpyDeviceToHost);
   for (uint8_t byte : result.dense) EXPECT_LE(byte, 1) << "dense bytes are 0 or 1";
@@ -144,6 +149,7 @@ void expect_matches_reference(const MethodConfig& config, const QkInputs& inputs
   const QkInputs seen = rounded(inputs, type);
   const BlockMask expected = reference_mask(config, seen.view());
   const GpuMask gpu = run_generator(config, seen, type, batch);
+  EXPECT_EQ(gpu.error.code, int32_t(MaskErrorCode::kNone)) << label << ": " << mask_error_text(gpu.error);
   ASSERT_EQ(gpu.mask.heads(), expected.heads()) << label;
   const int64_t total = int64_t(expected.heads()) * expected.q_blocks() * expected.kv_blocks();
   const int64_t differing = differing_blocks(gpu.mask, expected);
@@ -311,6 +317,50 @@ TEST(MaskGenerator, ForceDenseAndDeterminism) {
   }
 }
 
+// NaN and inf in Q or K: every method writes the record reference_mask() throws (the first such value in q's
+// order, then k's, whichever pass tests it: XAttention's packing, SpargeAttn's pooling, FlexPrefill's pooling
+// of K, or the pass of its own), and an empty mask and CSR. Q's value sits in a row that MInference does not
+// sample and FlexPrefill's representative blocks do not hold, of a head that the batch of 2 puts in entry 1.
+TEST(MaskGenerator, NonFiniteInputsWriteTheHostsRecordAndAnEmptyMask) {
+  WA_REQUIRE_GPU();
+  constexpr int kHeads = 4, kDim = 64;
+  constexpr int64_t kTokens = 1000;
+  auto at = [](int head, int64_t token, int channel) { return (size_t(head) * kTokens + token) * kDim + channel; };
+  struct Placed {
+    bool keys;
+    size_t index;
+    float value;
+  };
+  const std::vector<std::vector<Placed>> cases{
+      {{true, at(3, 900, 1), -INFINITY}, {true, at(2, 613, 7), NAN}},
+      {{true, at(0, 5, 0), NAN}, {false, at(3, 999, 63), INFINITY}},
+  };
+  for (ElementType type : {ElementType::kBf16, ElementType::kFp16})
+    for (MaskMethod method : {MaskMethod::kXAttention, MaskMethod::kSparge, MaskMethod::kMInference,
+                              MaskMethod::kFlexPrefill})
+      for (const std::vector<Placed>& placed : cases) {
+        QkInputs inputs = rounded(clustered_qk(kHeads, kTokens, kDim, 110), type);
+        for (const Placed& value : placed) (value.keys ? inputs.k : inputs.q)[value.index] = value.value;
+        const MethodConfig config = config_of(method, 64);
+        const std::string label = std::string(to_string(method)) + " " + std::string(to_string(type)) + ", " +
+                                  (placed.back().keys ? "K" : "Q");
+        std::string expected;
+        try {
+          reference_mask(config, inputs.view());
+        } catch (const InvalidArgument& error) {
+          expected = error.what();
+        }
+        const GpuMask gpu = run_generator(config, inputs, type, 2);
+        ASSERT_NE(gpu.error.code, int32_t(MaskErrorCode::kNone)) << label;
+        EXPECT_EQ("invalid argument '" + std::string(mask_error_argument(MaskErrorCode(gpu.error.code))) + "': " +
+                      mask_error_text(gpu.error),
+                  expected)
+            << label;
+        EXPECT_EQ(gpu.mask.nnz(), 0) << label << ": a mask of non-finite inputs keeps nothing";
+        EXPECT_EQ(gpu.csr.nnz(), 0) << label;
+      }
+}
+
 // bf16 Q and K of one batch, [heads, tokens, head_dim] each, contiguous.
 DeviceQk contiguous_qk(const void* q, const void* k, int heads, int64_t tokens, int head_dim) {
   DeviceQk device;
@@ -334,10 +384,11 @@ TEST(MaskGenerator, GraphCaptureReplaysTheSameMask) {
   const DeviceBuffer q = testing::upload(q_bits), k = testing::upload(k_bits);
   MaskGenerator generator(config, 1, 2, 800, 64);
   const int blocks = generator.q_blocks();
-  DeviceBuffer dense(size_t(2) * blocks * blocks), workspace(generator.workspace_bytes());
+  DeviceBuffer dense(size_t(2) * blocks * blocks), workspace(generator.workspace_bytes()), error(sizeof(MaskError));
   const DeviceQk device = contiguous_qk(q.get(), k.get(), 2, 800, 64);
   MaskOutputs outputs;
   outputs.dense = dense.as<uint8_t>();
+  outputs.error = error.as<MaskError>();
   cudaStream_t stream;
   WA_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);  // warm-up: creates the handle
@@ -380,10 +431,11 @@ TEST(MaskGenerator, RunFollowsTheCallersStreamOrder) {
   MaskGenerator generator(config, 1, kHeads, kTokens, kDim);
   const int blocks = generator.q_blocks();
   DeviceBuffer k(k_bits.size() * sizeof(uint16_t)), dense(size_t(kHeads) * blocks * blocks);
-  DeviceBuffer workspace(generator.workspace_bytes());
+  DeviceBuffer workspace(generator.workspace_bytes()), error(sizeof(MaskError));
   const DeviceQk device = contiguous_qk(q.get(), k.get(), kHeads, kTokens, kDim);
   MaskOutputs outputs;
   outputs.dense = dense.as<uint8_t>();
+  outputs.error = error.as<MaskError>();
   cudaStream_t created;
   WA_CUDA_OK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
   for (const cudaStream_t stream : {created, cudaStream_t{nullptr}}) {
@@ -966,11 +1018,17 @@ TEST(MaskGeneratorChecks, RunRejectsMissingBuffersBeforeTouchingTheDevice) {
   EXPECT_GT(generator.workspace_bytes(), MaskGenerator::kLogitChunkBytes / 1024);
   uint8_t byte = 0;
   const DeviceQk qk = contiguous_qk(&byte, &byte, 2, 1000, 64);
+  MaskError record;
   MaskOutputs outputs;
   outputs.dense = &byte;
+  outputs.error = &record;
   expect_invalid([&] { generator.run(qk, outputs, &byte, 1, nullptr); }, "workspace");
   MaskOutputs no_dense;
+  no_dense.error = &record;
   expect_invalid([&] { generator.run(qk, no_dense, &byte, generator.workspace_bytes(), nullptr); }, "dense");
+  MaskOutputs no_error;
+  no_error.dense = &byte;
+  expect_invalid([&] { generator.run(qk, no_error, &byte, generator.workspace_bytes(), nullptr); }, "error");
   MaskOutputs half_csr = outputs;
   int64_t pointer = 0;
   half_csr.row_ptr = &pointer;

@@ -30,7 +30,8 @@ END = "<!-- end: generated table -->"
 SECTIONS = {"cli": "The command-line tool", "file": "Files given to the command-line tool",
             "plan": "`wavealign.plan`", "attention": "`wavealign.sparse_attention`",
             "plug-in": "The plug-in path (`Plan` methods, `wavealign.flex`, `wavealign.fa4`)",
-            "ops": "`torch.ops.wavealign`"}
+            "ops": "`torch.ops.wavealign`",
+            "methods": "Mask methods and integrations (`wavealign.methods`, `wavealign.nn`)"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class Case:
 
 def _mask(heads: int = 2, blocks: int = 40, density: float = 0.3, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((heads, blocks, blocks)) < density
+
+
+def _finite_qk(shape=(2, 64, 8), seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -73,6 +78,8 @@ FILES: dict[str, Callable[[], bytes]] = {
     "truncated.npy": lambda: _npy_bytes(_mask(1, 64))[:2000],
     "not-npy.npy": lambda: b"garbage, not a .npy file",
     "not-json.json": lambda: b"{ not json",
+    "q-nan.npy": lambda: _npy_bytes(_edited(_finite_qk(), (0, 3, 1), np.nan)),
+    "k.npy": lambda: _npy_bytes(_finite_qk(seed=1)),
     "profile-no-points.json": lambda: json.dumps({"format": "wavealign-skip-profile", "version": 1,
                                                    "device": "NVIDIA H200", "commit": "abc1234",
                                                    "date": "2026-12-01", "points": []}).encode(),
@@ -218,6 +225,30 @@ def _cuda_flex_plan():
     return plan.skipped
 
 
+def _method_qk(nan_in_k: bool = True):
+    q, k = _finite_qk(), _finite_qk(seed=1)
+    return q, (_edited(k, (1, 5, 2), np.nan) if nan_in_k else k)
+
+
+def _cuda_method_plan():
+    torch = _torch()
+    q, k = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in _method_qk())
+    return _wa().plan(_wa().methods.sparge(q, k, block_size=16), block_size=16).skipped  # its first host access
+
+
+def _module_after_a_view_edit(env: Env) -> str:
+    """nn.SparseAttention called again after its mask was edited through a numpy view."""
+    torch = _torch()
+    mask = torch.from_numpy(_mask(2, 8, 0.3, seed=5))
+    attention = _wa().nn.SparseAttention(block_size=16, wave_size=4, skip="never")
+    q, k, v = (torch.randn(1, 2, 128, 16, generator=torch.Generator().manual_seed(seed)) for seed in range(3))
+    attention(q, k, v, mask)
+    mask.numpy()[1] = True
+    fresh = _wa().sparse_attention(q, k, v, _wa().plan(mask.clone(), block_size=16, wave_size=4, skip="never"))
+    equal = torch.equal(attention(q, k, v, mask), fresh)
+    return "the output of a plan of the edited mask" if equal else "a stale plan's output"
+
+
 def _reorder_reason(env: Env) -> str:
     """`wavealign reorder` without --skip on a mask that fits in L2: its heads' reasons, against plan()'s."""
     result = env.cli("wavealign reorder --mask {tiny} --out {out} --json")
@@ -344,6 +375,8 @@ CASES: list[Case] = [
          "(1000000000 bytes) are written only with --allow-large-output"),
     _cli("wavealign bench --frames 9 --heads 1 --order shuffled --profile none --plan-cost 0.5", "exit 0",
          "order: shuffled (--order)"),
+    _cli("wavealign mask --method sparge --q {q-nan} --k {k} --out {out}", "exit 2",
+         "invalid argument '--q': holds NaN at head 0, token 3, channel 1"),
     # The command-line tool: defaults that must agree with the Python API and with each other.
     Case("cli", "wavealign reorder --mask {tiny} --out {out} --json (no --skip)", "result",
          "the same reasons as wavealign.plan(mask): K/V working set", run=_reorder_reason, needs="cli"),
@@ -616,6 +649,23 @@ CASES: list[Case] = [
     _py("ops", "sparse_attention(..., schedule with query block 99, ...)",
         lambda env: _attention_op(lambda schedule: _set_item(schedule, 0, [0, 99])),
         "ValueError", "invalid argument 'schedule': has an item outside 2 heads x 4 query blocks", needs="torch"),
+    # Mask methods and integrations.
+    _py("methods", "wavealign.methods.sparge(q, k)  # k holds a NaN", lambda env: _wa().methods.sparge(*_method_qk()),
+        "ValueError", "invalid argument 'k': holds NaN at head 1, token 5, channel 2"),
+    _py("methods", "wavealign.plan(wavealign.methods.sparge(q_cuda, k_cuda)).skipped  # k holds a NaN",
+        lambda env: _cuda_method_plan(), "ValueError", "invalid argument 'k': holds NaN at head 1, token 5, channel 2",
+        needs="cuda"),
+    _py("methods", "wavealign.methods.xattention(q, k, block_size=16, stride=32)",
+        lambda env: _wa().methods.xattention(*_method_qk(False), block_size=16, stride=32), "ValueError",
+        "invalid argument 'stride': must divide the block (16), got 32"),
+    _py("methods", "wavealign.methods.xattention(q, k, block_size=96)",
+        lambda env: _wa().methods.xattention(*_method_qk(False), block_size=96), "ValueError",
+        "invalid argument 'block_size': must be a power of two in [16, 256]"),
+    _py("methods", "wavealign.methods.xattention(q, k, scale=0)  # 0 is not the default: None is",
+        lambda env: _wa().methods.xattention(*_method_qk(False), scale=0), "ValueError",
+        "invalid argument 'scale': must be finite and > 0 (None = 1/sqrt(head_dim)), got 0.0"),
+    Case("methods", "nn.SparseAttention()(q, k, v, mask) again after mask.numpy()[1] = True", "result",
+         "the output of a plan of the edited mask", run=_module_after_a_view_edit, needs="torch"),
 ]
 
 

@@ -231,6 +231,36 @@ def test_the_example_runs_on_the_cpu():
     assert "   1 " in result.stdout                        # a row for the second (sparse) step
 
 
+@pytest.mark.parametrize("method", ["xattention", "flexprefill"])
+def test_the_example_runs_a_named_method_on_the_cpu(method):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "wan_t2v.py"), "--device", "cpu", "--steps", "1",
+                             "--method", method], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "finite: True" in result.stdout
+
+
+@pytest.mark.parametrize("method", wd.METHODS)
+def test_named_methods_make_masks_in_apply_s_blocks(clean, inputs, method):
+    planned = []
+    wd.apply(clean, method, block_size=BLOCK, skip="never",
+             on_plan=lambda layer, step, branch, plan: planned.append((plan.q_blocks, plan.kv_blocks)))
+    out = run(clean, inputs)
+    assert planned == [(12, 12)] * len(clean.blocks) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("arguments, name, words", [
+    (dict(method_options={"stride": 32}), "stride", "must divide the block (16), got 32"),
+    (dict(method_options={"block_size": 64}), "method_options", "block_size=64 differs from apply's block_size=16"),
+    (dict(method_options={"gamma": 0.5}), "method_options", "gamma"),
+    (dict(block_size=(16, 32)), "block_size", "square blocks"),
+])
+def test_named_method_options_are_checked_when_applied(clean, arguments, name, words):
+    with pytest.raises(ValueError, match=f"invalid argument '{name}'") as error:
+        wd.apply(clean, "xattention", **dict(dict(block_size=BLOCK), **arguments))
+    assert words in str(error.value)
+    assert getattr(clean, "_wavealign_sparse_attention", None) is None
+
+
 def test_the_e2e_benchmark_and_its_collector_run_on_a_tiny_model(tmp_path):
     bench = EXAMPLES.parent / "bench" / "gpu"
     log = tmp_path / "e2e.jsonl"

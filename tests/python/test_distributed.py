@@ -143,6 +143,7 @@ def run_cases(group, device: torch.device, config: Config) -> dict:
     errors = {
         "heads": lambda: layer(*shards(odd_heads[:3]), local_mask, seq_len=seq_len),
         "seq_len": lambda: layer(*shards((q, k, v)), local_mask, seq_len=seq_len + ranks),
+        "uneven-without-seq_len": lambda: layer(*shards((q, k, v)), local_mask),
         "layout": lambda: ulysses.UlyssesAttention(group, layout="bshd"),
         "k": lambda: layer(shards((q,))[0], shards((k,))[0][:, :, :-1], shards((v,))[0], local_mask,
                            seq_len=seq_len),
@@ -309,6 +310,7 @@ def test_mask_method_in_blhd_layout_equals_one_process(cpu_runs, ranks):
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_bad_calls_raise_on_every_rank_naming_the_argument(cpu_runs, ranks):
     expected = {"heads": ("q", "cannot share evenly"), "seq_len": ("q", "torch.tensor_split"),
+                "uneven-without-seq_len": ("seq_len", f"pass seq_len={CPU.uneven}"),
                 "layout": ("layout", "bshd"), "k": ("k", "q's shape"), "plan": ("plan", "rank's own heads"),
                 "block_mask": ("block_mask", "rank's own heads"), "no-mask": ("block_mask", "no mask_method"),
                 "mask_method": ("mask_method", "rank's own heads"), "batch": ("batch", "does not divide"),

@@ -377,6 +377,11 @@ def test_module_runs_the_kernel(rng):
     q, k, v = (torch.randn(1, 2, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     o = attention(q, k, v, mask)
     assert torch.equal(o, wavealign.sparse_attention(q, k, v, attention.plan_for(mask)))
+    # A CUDA mask without mask_key is planned at every call: an edit that its version counter does not see
+    # (through .data) is planned too.
+    mask.data[1] = True
+    edited = wavealign.plan(mask.clone(), wave_size=2, skip="never")
+    assert torch.equal(attention(q, k, v, mask), wavealign.sparse_attention(q, k, v, edited))
 
 
 # ---- the GPU planner refuses what the CPU planner refuses (device validation, read at the first host access) ---

@@ -4,10 +4,13 @@ CPU: numpy and torch CPU inputs give one mask in their framework, shapes fold [B
 masks feed wavealign.plan and sparse_attention directly, options reach the C++ generators (hand-checked
 XAttention case), bad arguments raise ValueError naming them. Adapters: SpargeAttn's 64x128 map OR-reduced,
 XAttention's mask repeated to 64-token blocks, MInference's index lists as blocks, each against numpy.
-GPU (skipped without a CUDA device): bf16 CUDA inputs give a CUDA bool mask equal to the CPU reference on the
-same bf16 values, up to near-ties of the fp32 scores (at most 0.2 % of the blocks, docs/methods.md), that
-plans on the GPU and runs the kernel.
+NaN and inf in q or k are refused naming the tensor and the first such value; the Python defaults are the C++
+ones. GPU (skipped without a CUDA device): bf16 CUDA inputs give a CUDA bool mask equal to the CPU reference on
+the same bf16 values, up to near-ties of the fp32 scores (at most 0.2 % of the blocks, docs/methods.md), that
+plans on the GPU and runs the kernel; NaN gives an empty mask whose record the plan and check() raise.
 """
+
+import inspect
 
 import numpy as np
 import pytest
@@ -98,7 +101,7 @@ def test_bad_arguments_name_themselves():
         (lambda: methods.xattention(q, k, stride="8"), "stride"),
         (lambda: methods.xattention(q, k, threshold=[0.9, 0.9, 0.9]), "threshold"),
         (lambda: methods.xattention(q, k, threshold="high"), "threshold"),
-        (lambda: methods.xattention(q, k, block_size=96), "block"),
+        (lambda: methods.xattention(q, k, block_size=96), "block_size"),
         (lambda: methods.sparge(q, k, topk=1.5), "topk"),
         (lambda: methods.sparge(q, k, native_block=(64,)), "native_block"),
         (lambda: methods.sparge(q, k, smooth_k=1), "smooth_k"),
@@ -115,6 +118,49 @@ def test_bad_arguments_name_themselves():
     for call, argument in cases:
         with pytest.raises(ValueError, match=f"invalid argument '{argument}'"):
             call()
+
+
+@pytest.mark.parametrize("generate", METHODS, ids=lambda f: f.__name__)
+def test_nan_or_inf_in_q_or_k_is_refused_naming_the_first_one(generate):
+    torch = pytest.importorskip("torch")
+    q, k = clustered(1, 2, 300, 16, seed=8)
+    k[0, 1, 250, 9] = -np.inf
+    k[0, 1, 37, 5] = np.nan
+    for framework in (np.asarray, torch.from_numpy):
+        with pytest.raises(ValueError, match="invalid argument 'k': holds NaN at head 1, token 37, channel 5"):
+            generate(framework(q), framework(k), block_size=64)
+    q[0, 0, 299, 15] = np.inf  # a query that no method samples
+    with pytest.raises(ValueError, match="invalid argument 'q': holds \\+inf at head 0, token 299, channel 15"):
+        generate(q, k, block_size=64)
+    assert generate(q, k, block_size=64, force_dense=True).all()  # reads no value
+
+
+@pytest.mark.parametrize("name", methods.METHODS)
+def test_python_defaults_are_the_cpp_defaults(name):
+    cpp = methods.defaults(name)
+    set_by_presets = {option for option, _ in wavealign._core.method_preset_options(name, "table1")}
+    parameters = inspect.signature(getattr(methods, name)).parameters
+    python = {keyword: parameter.default for keyword, parameter in parameters.items()
+              if keyword not in ("q", "k", "preset")}
+    assert python.keys() == cpp.keys()
+    for keyword, default in python.items():
+        assert default == (None if keyword in set_by_presets else cpp[keyword]), keyword
+    # A call without options (preset "default") hands C++ its own defaults.
+    resolved = getattr(methods, name)(methods._RESOLVE_ONLY, methods._RESOLVE_ONLY)
+    assert wavealign._core.method_options(name, resolved) == wavealign._core.method_defaults(name)
+
+
+def test_check_options_refuses_what_no_q_and_k_can_fix():
+    methods.check_options("xattention", block_size=16, threshold=[0.9, 0.8, 0.7])  # counts need the heads
+    methods.check_options("sparge", preset="table1", block_size=64)
+    with pytest.raises(ValueError, match="invalid argument 'stride': must divide the block \\(16\\), got 32"):
+        methods.check_options("xattention", block_size=16, stride=32)
+    with pytest.raises(ValueError, match="invalid argument 'preset'"):
+        methods.check_options("flexprefill", preset="paper")
+    with pytest.raises(ValueError, match="invalid argument 'method'"):
+        methods.check_options("dense")
+    with pytest.raises(TypeError, match="stride"):
+        methods.check_options("sparge", stride=8)
 
 
 def test_from_sparge_or_reduces_its_native_map():
@@ -193,6 +239,28 @@ def test_gpu_mask_plans_on_the_gpu_and_runs_the_kernel():
     assert plan.planner == ("gpu" if wavealign._core.has_gpu_plan else "cpu")
     out = wavealign.sparse_attention(q_cuda, k_cuda, v_cuda, plan)
     assert out.shape == q_cuda.shape and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("generate", METHODS, ids=lambda f: f.__name__)
+def test_gpu_nan_gives_an_empty_mask_whose_record_every_consumer_raises(generate):
+    torch = _cuda()
+    q, k = clustered(1, 2, 1024, 64, seed=7)
+    k[0, 1, 500, 3] = np.nan
+    q_cuda, k_cuda = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in (q, k))
+    message = "invalid argument 'k': holds NaN at head 1, token 500, channel 3"
+    mask = generate(q_cuda, k_cuda)
+    with pytest.raises(ValueError, match=message):
+        methods.check(mask)
+    assert not mask.any(), "a mask of non-finite inputs keeps nothing"
+    with pytest.raises(ValueError, match=message):
+        wavealign.plan(mask, planner="cpu")
+    if wavealign._core.has_gpu_plan:
+        plan = wavealign.plan(mask)
+        out = wavealign.sparse_attention(q_cuda, k_cuda, torch.randn_like(q_cuda), plan)
+        assert torch.isnan(out).all(), "the kernel computes nothing from the plan of such a mask"
+        with pytest.raises(ValueError, match=message):
+            plan.check()
+    methods.check(generate(q_cuda, q_cuda))  # finite inputs: nothing to raise
 
 
 def test_gpu_rejects_float32_and_mixed_devices():

@@ -136,13 +136,14 @@ def test_flex_masks_with_full_blocks_and_mask_mod(rng):
     assert int(plan.csr()[0][-1]) == int(dense.sum())
 
 
-def test_module_caches_plans_by_identity_version_or_key(rng):
+def test_module_caches_plans_by_content_or_key(rng):
     mask = torch.from_numpy(random_mask(rng, 2, 8, 8))
     attention = wavealign.nn.SparseAttention(block_size=16, wave_size=4, skip="never")
     q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
     o = attention(q, k, v, mask)
     first = attention.plan_for(mask)
     assert attention.plan_for(mask) is first
+    assert attention.plan_for(mask.clone()) is first  # the same content
     assert torch.equal(o, wavealign.sparse_attention(q, k, v, first))
     mask[0, 0, 7] = ~mask[0, 0, 7]
     assert attention.plan_for(mask) is not first
@@ -150,6 +151,23 @@ def test_module_caches_plans_by_identity_version_or_key(rng):
     assert attention.plan_for(None, mask_key="layer0") is keyed
     with pytest.raises(ValueError, match="block_mask"):
         attention(q, k, v, None, mask_key="unknown")
+
+
+@pytest.mark.parametrize("make", [torch.from_numpy, np.copy], ids=["torch", "numpy"])
+def test_module_replans_a_mask_edited_through_a_view(rng, make):
+    # The same mask object, its version counter untouched: the edit goes through a numpy view.
+    def view_of(mask):
+        return mask.numpy() if isinstance(mask, torch.Tensor) else mask
+
+    mask = make(random_mask(rng, 2, 8, 8))
+    attention = wavealign.nn.SparseAttention(block_size=16, wave_size=4, skip="never")
+    q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+    before = attention(q, k, v, mask)
+    view_of(mask)[1] = True
+    edited = wavealign.plan(np.array(view_of(mask)), block_size=16, wave_size=4, skip="never")
+    after = attention(q, k, v, mask)
+    assert not torch.equal(after, before)
+    assert torch.equal(after, wavealign.sparse_attention(q, k, v, edited))
 
 
 class PlugInBlock(torch.nn.Module):

@@ -1,5 +1,6 @@
 // MaskGenerator: host checks, the workspace layout (measured by the same carving sequence that run() uses),
-// the cuBLAS handle, and the run: clear the mask, the method (or all ones for force_dense), then the CSR.
+// the cuBLAS handle, and the run: clear the mask, the method (or all ones for force_dense), the record of the
+// NaN and inf check, then the CSR.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "methods/reference.h"
+#include "methods/rules.h"
 #include "common/cuda_check.h"
 #include "cuda/masks/mask_kernels.h"
 #include "wavealign/error.h"
@@ -47,10 +49,12 @@ void run_method(masks::RunContext& context) {
   }
 }
 
-// The workspace in carving order: cuBLAS's own region, the CSR scratch, then the method's regions.
+// The workspace in carving order: cuBLAS's own region, the CSR scratch, the key of the NaN and inf check,
+// then the method's regions.
 struct Regions {
   void* blas = nullptr;
   masks::CsrScratch csr;
+  unsigned long long* non_finite = nullptr;
 };
 
 // The streams and events of MaskGenerator::run. `work` has the device's greatest priority and `side` its
@@ -91,6 +95,7 @@ Regions carve_common(masks::WorkspaceCarver& carver, int mask_heads, int blocks)
   Regions regions;
   regions.blas = carver.take<uint8_t>(masks::kBlasWorkspaceBytes);
   regions.csr = masks::carve_csr_scratch(carver, mask_heads, blocks);
+  regions.non_finite = carver.take<unsigned long long>(1);
   return regions;
 }
 
@@ -146,6 +151,7 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
   WA_CHECK_ARG(layout.k_token_stride >= head_dim_, "k", "token stride ", layout.k_token_stride, " < head_dim ",
                head_dim_);
   WA_CHECK_ARG(outputs.dense != nullptr, "dense", "is null (the dense mask is required)");
+  WA_CHECK_ARG(outputs.error != nullptr, "error", "is null (the record of the inputs' NaN and inf check is required)");
   WA_CHECK_ARG((outputs.row_ptr == nullptr) == (outputs.col_idx == nullptr), outputs.row_ptr ? "col_idx" : "row_ptr",
                "row_ptr and col_idx are set together or not at all");
   WA_CHECK_ARG(outputs.row_ptr == nullptr || outputs.col_capacity > 0, "col_capacity", "must be > 0, got ",
@@ -175,6 +181,8 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
 
   const int blocks = q_blocks();
   const int64_t entries = int64_t(mask_heads()) * blocks * blocks;
+  static_assert(sizeof(unsigned long long) == sizeof(methods::kAllFinite));
+  WA_CUDA_CHECK(cudaMemsetAsync(regions.non_finite, 0xFF, sizeof(unsigned long long), cuda_stream));
   if (config_.force_dense) {
     masks::launch_fill_ones(outputs.dense, entries, cuda_stream);
   } else {
@@ -191,8 +199,11 @@ void MaskGenerator::run(const DeviceQk& qk, const MaskOutputs& outputs, void* wo
     context.fork_event = streams.fork;
     context.join_event = streams.join;
     context.workspace = &carver;
+    context.non_finite = regions.non_finite;
     run_method(context);
   }
+  masks::launch_finite_record(layout, mask_heads(), regions.non_finite, outputs.dense, entries, outputs.error,
+                              cuda_stream);
   if (outputs.row_ptr) {
     masks::check_csr_scratch(regions.csr, mask_heads(), blocks);
     masks::launch_csr(outputs.dense, mask_heads(), blocks, regions.csr, outputs.row_ptr, outputs.col_idx,
@@ -264,7 +275,8 @@ BlockMask generate_mask(const MethodConfig& config, const HostQk& qk, ElementTyp
   WA_CHECK_ARG(qk.k.size() == values, "k", "has ", qk.k.size(), " values, expected heads*tokens*head_dim = ", values);
   const int blocks = generator.q_blocks();
   const size_t entries = size_t(qk.heads) * blocks * blocks;
-  DeviceBytes q(values * 2), k(values * 2), dense(entries), workspace(generator.workspace_bytes());
+  DeviceBytes q(values * 2), k(values * 2), dense(entries), error(sizeof(MaskError)),
+      workspace(generator.workspace_bytes());
   WA_CUDA_CHECK(cudaMemcpy(q.get(), to_16bit(qk.q, element_type).data(), values * 2, cudaMemcpyHostToDevice));
   WA_CUDA_CHECK(cudaMemcpy(k.get(), to_16bit(qk.k, element_type).data(), values * 2, cudaMemcpyHostToDevice));
   DeviceQk device;
@@ -276,7 +288,11 @@ BlockMask generate_mask(const MethodConfig& config, const HostQk& qk, ElementTyp
   device.head_dim = qk.head_dim;
   MaskOutputs outputs;
   outputs.dense = static_cast<uint8_t*>(dense.get());
+  outputs.error = static_cast<MaskError*>(error.get());
   generator.run(device, outputs, workspace.get(), generator.workspace_bytes(), nullptr);
+  MaskError record;
+  WA_CUDA_CHECK(cudaMemcpy(&record, error.get(), sizeof(record), cudaMemcpyDeviceToHost));
+  if (record.code != int32_t(MaskErrorCode::kNone)) throw_mask_error(record);
   std::vector<uint8_t> host(entries);
   WA_CUDA_CHECK(cudaMemcpy(host.data(), dense.get(), entries, cudaMemcpyDeviceToHost));
   return BlockMask::from_dense(host, qk.heads, blocks, blocks);

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "common/host_device.h"
+#include "wavealign/ingest.h"
 #include "wavealign/methods.h"
 
 struct cublasContext;
@@ -75,6 +76,17 @@ struct QkLayout {
   WA_HOST_DEVICE const uint16_t* k_head(int m) const { return rows(true, m).head(0); }
 };
 
+/// Where a pass reports the NaN and inf of the tensor it reads, q or (keys) k, by the scan order of
+/// methods/rules.h: the run's key in the workspace (null: no check) and the key's layout. finite.cuh tests.
+struct NonFiniteCheck {
+  unsigned long long* key = nullptr;
+  bool keys = false;
+  ElementType element_type = ElementType::kBf16;
+  int heads = 0;  // the run's mask heads
+  int64_t tokens = 0;
+  int head_dim = 0;
+};
+
 /// Thread blocks of `threads` threads that cover `items` one-thread items.
 inline unsigned grid_for(int64_t items, int threads) { return unsigned((items + threads - 1) / threads); }
 
@@ -95,6 +107,20 @@ struct RunContext {
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
   WorkspaceCarver* workspace = nullptr;
   bool measuring = false;
+  // kAllFinite (methods/rules.h), or the smallest scan-order key of a NaN or inf found in Q or K so far; every
+  // method makes sure that each value of Q and K is tested (finite.cuh).
+  unsigned long long* non_finite = nullptr;
+  /// The check of Q (keys false) or K in this run.
+  NonFiniteCheck finite_check(bool keys) const {
+    NonFiniteCheck check;
+    check.key = non_finite;
+    check.keys = keys;
+    check.element_type = qk.element_type;
+    check.heads = mask_heads;
+    check.tokens = qk.tokens;
+    check.head_dim = qk.head_dim;
+    return check;
+  }
 };
 
 /// side_fork: the side stream waits for everything queued on the main stream so far (work queued on it next
@@ -277,11 +303,13 @@ void score_sampled_runs(RunContext& context, int first_head, int heads, const Fu
                         float weight, float* columns, float* diagonals);
 
 // ---- pooling.cu: block means and the self-similarity test, straight from bf16/fp16 rows ----
-/// One head's rows at `rows`.
-inline HeadRows single_head_rows(const uint16_t* rows, int64_t token_stride) {
+/// One head's rows at `rows`, mask head `mask_head` of the run (what a NaN or inf among them reports; with no
+/// head or batch stride the rows are at `rows` whatever the head).
+inline HeadRows single_head_rows(const uint16_t* rows, int64_t token_stride, int mask_head = 0) {
   HeadRows out;
   out.base = rows;
   out.token_stride = token_stride;
+  out.first_head = mask_head;
   return out;
 }
 
@@ -303,6 +331,9 @@ struct PoolParams {
   uint8_t* similar = nullptr;
   bool partial_not_similar = false;
   const uint8_t* enabled = nullptr;  // device flags [heads]: pool head y only if enabled[y] != 0 (null: always)
+  /// Tests every row pooled (rows.first_head + y is the mask head): a block whose column sums are not all
+  /// finite (a NaN or inf among its values, or a finite overflow) reads its rows again value by value.
+  NonFiniteCheck check;
 };
 void launch_pool_blocks(const PoolParams& params, cudaStream_t stream);
 /// The mean of one head's rows over the whole sequence (fp32 [head_dim]); `partial` holds
@@ -324,6 +355,15 @@ void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type,
 /// the other heads' maps are left as they are.
 void launch_pooled_map(const float* query_means, const float* key_means, int blocks, int head_dim, float scale,
                        const uint8_t* enabled, float* map, int heads, cudaStream_t stream);
+
+// ---- finite.cu: NaN and inf in Q and K ----
+/// Tests every value of mask heads first .. first + heads - 1 of Q or K (check.keys) in one launch: the
+/// methods whose passes do not read all of them (MInference; FlexPrefill's Q).
+void launch_check_finite(const QkLayout& qk, const NonFiniteCheck& check, int first, int heads, cudaStream_t stream);
+/// After the method: writes the record of the run's key into `error` (code kNone when every value was finite),
+/// and when a NaN or inf was found clears the dense mask (nothing kept) so that no mask describes such inputs.
+void launch_finite_record(const QkLayout& qk, int mask_heads, const unsigned long long* key, uint8_t* dense,
+                          int64_t entries, MaskError* error, cudaStream_t stream);
 
 // ---- blas.cu: the scoring products on cuBLAS ----
 /// C[b][i, j] = alpha * sum_c A[b][i, c] B[b][j, c] for b < batch (row-major A [m, k], B [n, k], C [m, n]

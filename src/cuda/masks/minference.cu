@@ -59,6 +59,11 @@ void run_minference(RunContext& context) {
   if (context.measuring) return;
 
   launch_sampled_positions(scratch.positions, sampled, tokens, options.query_sample, 0, 0, context.stream);
+  // No pass reads every value (the sampled rows of Q; K through cuBLAS): the NaN and inf test of Q and K is a
+  // pass of its own, on the side stream beside the scoring, which is bound by its logits passes.
+  side_fork(context);
+  for (const bool keys : {false, true})
+    launch_check_finite(qk, context.finite_check(keys), 0, context.mask_heads, context.side_stream);
   for (int first = 0; first < context.mask_heads; first += group) {
     const int heads = std::min(group, context.mask_heads - first);
     for (int h = 0; h < heads; ++h)
@@ -77,6 +82,7 @@ void run_minference(RunContext& context) {
     launch_blockify(column_blocks, diagonal_prefix, tokens, options.two_sided, heads, blocks, context.config.block,
                     context.dense + int64_t(first) * blocks * blocks, context.stream);
   }
+  side_join(context);  // the test of Q and K
 }
 
 }  // namespace wavealign::cuda::masks

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "cuda/masks/finite.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
 
@@ -123,6 +124,7 @@ __global__ void pool_kernel(PoolParams params) {
   float* means = params.means + (int64_t(head) * blocks + block) * d;
   const float n = float(last - first);
   float part = 0;
+  bool finite = true;
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float total = 0, unit_total = 0;
     for (int w = 0; w < kPoolWarps; ++w) {
@@ -130,8 +132,13 @@ __global__ void pool_kernel(PoolParams params) {
       if constexpr (kSimilarity) unit_total += units[w][c];
     }
     means[c] = total / n;
+    finite = finite && isfinite(total);
     part += unit_total * unit_total;
   }
+  // A NaN or inf among the rows leaves its column sum NaN or inf (no sum of finite values hides it), so the
+  // values are read again only for such a block, to find the first one (check null: uniform over the block).
+  if (params.check.key != nullptr && __syncthreads_or(!finite))
+    test_finite_rows(params.check, rows, params.rows.token_stride, params.rows.first_head + head, first, last);
   if constexpr (kSimilarity) {
     part = warp_reduce(part, SumOp{});
     if (lane == 0) similarity_parts[warp] = part;

@@ -71,7 +71,8 @@ void run_sparge(RunContext& context) {
   for (int m = 0; m < context.mask_heads; ++m) {
     const float theta = float(methods::per_head(options.simthreshd1, m));
     PoolParams pool;
-    pool.rows = single_head_rows(qk.k_head(m), qk.k_token_stride);
+    pool.rows = single_head_rows(qk.k_head(m), qk.k_token_stride, m);
+    pool.check = context.finite_check(true);
     pool.tokens = qk.tokens;
     pool.head_dim = d;
     pool.element_type = qk.element_type;
@@ -85,7 +86,8 @@ void run_sparge(RunContext& context) {
     pool.means = buffers.k_means;
     pool.similar = buffers.similar_k;
     launch_pool_blocks(pool, context.stream);
-    pool.rows = single_head_rows(qk.q_head(m), qk.q_token_stride);
+    pool.rows = single_head_rows(qk.q_head(m), qk.q_token_stride, m);
+    pool.check = context.finite_check(false);
     pool.shift = nullptr;
     pool.block = native.q_block;
     pool.means = buffers.q_means;

@@ -17,6 +17,7 @@
 
 #include "methods/rules.h"
 #include "common/cuda_check.h"
+#include "cuda/masks/finite.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
 
@@ -55,15 +56,22 @@ Shape shape_of(const RunContext& context) {
 }
 
 // packed[i, t * d + c] = x[token(i, t), c], token(i, t) = i * S + (reverse ? S - 1 - t : t); 0 past the end.
+// The packings of a head read each of its values once: each value is tested for NaN and inf here (mask head m).
 __global__ void pack_kernel(const uint16_t* __restrict__ x, int64_t token_stride, int64_t tokens, int head_dim,
-                            int stride, bool reverse, int64_t first_row, int64_t rows, uint16_t* __restrict__ packed) {
+                            int stride, bool reverse, int64_t first_row, int64_t rows, uint16_t* __restrict__ packed,
+                            NonFiniteCheck check, int m) {
   const int width = stride * head_dim;
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= rows * width) return;
   const int64_t i = first_row + item / width;
   const int e = int(item % width), t = e / head_dim, c = e % head_dim;
   const int64_t token = i * stride + (reverse ? stride - 1 - t : t);
-  packed[item] = token < tokens ? x[token * token_stride + c] : uint16_t(0);
+  uint16_t value = 0;
+  if (token < tokens) {
+    value = x[token * token_stride + c];
+    test_finite(check, value, m, token, c);
+  }
+  packed[item] = value;
 }
 
 constexpr int kRowThreads = 256;
@@ -181,12 +189,14 @@ void run_xattention(RunContext& context) {
   const int group = methods::xattention_lanes(shape.per_block).group;
   for (int m = 0; m < context.mask_heads; ++m) {
     pack_kernel<<<grid_for(shape.gemm_keys * width, kThreads), kThreads, 0, context.stream>>>(
-        qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.gemm_keys, keys);
+        qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.gemm_keys, keys,
+        context.finite_check(true), m);
     WA_CUDA_CHECK(cudaGetLastError());
     for (int64_t first = 0; first < shape.rows; first += shape.chunk_rows) {
       const int64_t rows = std::min(shape.chunk_rows, shape.rows - first);
       pack_kernel<<<grid_for(rows * width, kThreads), kThreads, 0, context.stream>>>(
-          qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, first, rows, queries);
+          qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, first, rows, queries,
+          context.finite_check(false), m);
       WA_CUDA_CHECK(cudaGetLastError());
       gemm_16bit_nt(context.blas, qk.element_type, rows, shape.gemm_keys, width, alpha, queries, width, 0, keys,
                     width, 0, logits, shape.ld, 0, 1);
