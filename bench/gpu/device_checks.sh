@@ -1,67 +1,66 @@
 #!/usr/bin/env bash
-# GPU checks of the attention kernels from prebuilt binaries, in one pass: a smoke launch of each kernel
-# path (a hang is cut short and that path is left out of the tests), the GoogleTest suites one test at a
-# time, compute-sanitizer on the tiny case, and the timings. Logs go to LOG_DIR (four files).
+# The GPU suite from prebuilt binaries, in one pass on a GPU machine: the four CUDA GoogleTest programs, the
+# Python tests that need a GPU, compute-sanitizer (memcheck, racecheck, synccheck) on the small cases of what
+# the kernels, the GPU plan and the mask generators do, and the main job (`wavealign bench`). Logs go to
+# LOG_DIR; a summary line per step goes to stdout.
 #
-#   bench/gpu/device_checks.sh BUILD_DIR LOG_DIR [tests|bench|all]
+#   bench/gpu/device_checks.sh BUILD_DIR PY_BUILD_DIR LOG_DIR [tests|sanitizer|python|bench|all]
+#
+# PY_BUILD_DIR holds the Python package built for the machine's python3 (build-dir/python/wavealign).
 set -u
-build=${1:-build-cuda}
-logs=${2:-device-logs}
-what=${3:-all}
+build=${1:-build}
+py_build=${2:-build}
+logs=${3:-device-logs}
+what=${4:-all}
 mkdir -p "$logs"
 tests_dir=$build/tests
-bench=$build/bench/wa_bench_attention
+want() { [ "$what" = all ] || [ "$what" = "$1" ]; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee "$logs/gpu.txt"
 
-paths=""
-for path in sm90 sm80; do
-  if timeout 30 "$bench" --path "$path" --heads 2 --tokens 1000 --warmup 1 --iters 2 >>"$logs/gpu.txt" 2>&1; then
-    paths="$paths $path"
-  else
-    echo "smoke $path failed (rc=$?)" | tee -a "$logs/gpu.txt"
-  fi
-done
-tail -n 4 "$logs/gpu.txt"
-export WA_TEST_KERNEL_PATHS="$paths"
-echo "paths under test:$paths"
-
-if [ "$what" != bench ]; then
-  : >"$logs/tests.log"
-  timeout 60 "$tests_dir/wa_test_dispatch" >>"$logs/tests.log" 2>&1
-  echo "wa_test_dispatch rc=$?"
-  for test in MatchesReference AllRowsEmpty BitwiseInvariantAcrossSchedules SawtoothMatchesReference \
-              SawtoothOddWavesMatchAscending DenseModeEqualsFullMask CapturableInCudaGraph SanitizerSmallCase \
-              BatchInOneLaunchEqualsOneLaunchPerEntry InvalidMaskRecordWritesNaNAndReadsNoMask; do
+if want tests; then
+  for program in wa_test_dispatch wa_test_attention wa_test_gpu_plan wa_test_masks wa_test_quantize; do
+    [ -x "$tests_dir/$program" ] || continue
     start=$(date +%s)
-    limit=60
-    [ "$test" = MatchesReference ] || [ "$test" = BatchInOneLaunchEqualsOneLaunchPerEntry ] && limit=120
-    timeout $limit "$tests_dir/wa_test_attention" --gtest_filter="Attention.$test" >>"$logs/tests.log" 2>&1
-    echo "Attention.$test rc=$? ($(($(date +%s) - start)) s)"
+    timeout 300 "$tests_dir/$program" >"$logs/$program.log" 2>&1
+    echo "$program rc=$? ($(($(date +%s) - start)) s): $(grep -E '^\[  (PASSED|FAILED) ' "$logs/$program.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \]" "$logs/$program.log" | head -10
   done
-  grep -E "Failure|Expected|Which is|differs|max \||Skipped|^  [a-z]" "$logs/tests.log" | sort | uniq -c | sort -rn | head -30
-
-  : >"$logs/sanitizer.log"
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$tests_dir/wa_test_attention" \
-      --gtest_filter=Attention.SanitizerSmallCase:Attention.InvalidMaskRecordWritesNaNAndReadsNoMask \
-      >>"$logs/sanitizer.log" 2>&1
-    echo "compute-sanitizer $tool rc=$?"
-  done
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|hazard" "$logs/sanitizer.log" | sort | uniq -c | head -20
 fi
 
-if [ "$what" != tests ]; then
-  : >"$logs/bench.log"
-  run_bench() { timeout 90 "$bench" "$@" >>"$logs/bench.log" 2>&1 || echo "bench $* failed rc=$?" | tee -a "$logs/bench.log"; }
-  run_bench --dense --heads 8 --tokens 32768 --path sm90
-  run_bench --dense --heads 8 --tokens 32768 --path sm90 --dtype fp16
-  run_bench --dense --heads 8 --tokens 32768 --path sm90 --head-dim 64
-  run_bench --dense --heads 8 --tokens 32768 --path sm90 --block 64
-  run_bench --dense --heads 8 --tokens 32768 --path sm80
-  run_bench --density 0.28 --heads 8 --tokens 363600 --order original --cold-l2 --warmup 1 --iters 3
-  run_bench --density 0.28 --heads 8 --tokens 363600 --order wavealign --cold-l2 --warmup 1 --iters 3
-  run_bench --density 0.28 --heads 8 --tokens 363600 --order wavealign --traversal sawtooth --cold-l2 --warmup 1 --iters 3
-  grep -E "^kernel=|failed|unsupported|error" "$logs/bench.log" | sed -E 's/ (min_ms|max_ms)=[0-9.]+//g'
+if want sanitizer; then
+  : >"$logs/sanitizer.log"
+  sanitize() {  # tool program filter
+    timeout 240 compute-sanitizer --tool "$1" --error-exitcode 9 "$tests_dir/$2" --gtest_filter="$3" \
+      >>"$logs/sanitizer.log" 2>&1
+    echo "compute-sanitizer $1 $2 ($3) rc=$?"
+  }
+  for tool in memcheck racecheck synccheck; do
+    sanitize "$tool" wa_test_attention "Attention.SanitizerSmallCase:Attention.InvalidMaskRecordWritesNaNAndReadsNoMask"
+  done
+  sanitize memcheck wa_test_gpu_plan "GpuPlanBuffers.*:GpuPlanValidation.EveryRuleGivesTheHostRecord"
+  sanitize racecheck wa_test_gpu_plan "GpuPlanBuffers.OneBufferEqualsTheCpuExport"
+  sanitize memcheck wa_test_masks "*NonFinite*"
+  if [ -x "$tests_dir/wa_test_quantize" ]; then
+    sanitize memcheck wa_test_quantize "*"
+    sanitize racecheck wa_test_quantize "*"
+  fi
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/sanitizer.log" | sort | uniq -c
+fi
+
+if want python; then
+  start=$(date +%s)
+  WAVEALIGN_TESTS_ALLOW_MISSING=1 PYTHONPATH="$py_build/python" timeout 420 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_gpu.py tests/python/test_methods.py tests/python/test_torch.py tests/python/test_plan_contract.py \
+    tests/python/test_concurrency.py tests/python/test_bad_inputs.py >"$logs/pytest.log" 2>&1
+  echo "pytest (GPU files) rc=$? ($(($(date +%s) - start)) s): $(tail -n 1 "$logs/pytest.log")"
+  grep -E "^FAILED" "$logs/pytest.log" | head -10
+fi
+
+if want bench; then
+  PYTHONPATH="$py_build/python" timeout 400 "$build/wavealign" bench --frames 161 --heads 4 --python python3 \
+    >"$logs/bench.txt" 2>&1
+  echo "wavealign bench rc=$?"
+  tail -n 20 "$logs/bench.txt"
 fi
