@@ -24,6 +24,10 @@ struct Epilogue {
     const int g = lane >> 2;
     const int t = lane & 3;
     uint32_t* staging = reinterpret_cast<uint32_t*>(q_tile);
+    // The staging overwrites the warp's own Q rows, which its ldmatrix read at the item's first chunk; with one
+    // chunk no barrier lies between, so the warp's lanes meet here first (racecheck reported the write-after-
+    // read of a one-chunk 64 x 64 item between lanes of one warp).
+    __syncwarp();
 #pragma unroll
     for (int n = 0; n < Traits::kHeadDim / 8; ++n) {
 #pragma unroll
