@@ -89,6 +89,7 @@ endfunction()
 
 if(wa_build_sm90)
   file(GLOB WA_CUDA_SM90_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm90/*.cu
+    ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm90_int8/*.cu
     ${PROJECT_SOURCE_DIR}/src/cuda/masks/sm90/*.cu)
   wa_add_sm90_objects(wavealign_cuda_sm90 ${WA_CUDA_SM90_SOURCES})
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)
