@@ -304,12 +304,14 @@ void launch_validated(const SparseAttentionArgs& args, void* workspace, Stream s
   launch(params, stream);
 }
 
-/// An 8-bit call: q, k, v quantized into the workspace, the ticket reset, then the 8-bit kernel, all on
-/// `stream`.
-void launch_int8_validated(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchInt8Fn launch) {
+/// An 8-bit call: q, k, v quantized into the workspace (`quantize`), then the ticket reset and the 8-bit kernel
+/// (`attend`), all on `stream`.
+void launch_int8_validated(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchInt8Fn launch,
+                           bool quantize = true, bool attend = true) {
   const Int8Workspace layout = int8_workspace(args);
   char* base = static_cast<char*>(workspace);
-  quantize_qkv(quantize_args(args), base + layout.buffer, base + layout.scratch, stream);
+  if (quantize) quantize_qkv(quantize_args(args), base + layout.buffer, base + layout.scratch, stream);
+  if (!attend) return;
   const QuantizedTensors tensors = quantized_tensors(layout.layout, base + layout.buffer);
   detail::QuantizedOperands quant;
   quant.q8 = tensors.q8;
@@ -364,6 +366,15 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   } else {
     launch_validated(args, workspace, stream, selection.entry->launch);
   }
+}
+
+void detail::sparse_attention_int8_parts(const SparseAttentionArgs& args, void* workspace, Stream stream,
+                                         bool quantize, bool attend) {
+  validate(args, workspace);
+  const Selection selection = select_kernel(args, -1);
+  WA_CHECK(selection.entry != nullptr && selection.entry->precision == Precision::kInt8,
+           "sparse_attention_int8_parts: not an 8-bit call here: ", selection.reason);
+  launch_int8_validated(args, workspace, stream, selection.entry->launch_int8, quantize, attend);
 }
 
 void detail::sparse_attention_with(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch) {

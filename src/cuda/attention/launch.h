@@ -24,6 +24,12 @@ void launch_fwd_sm90(const AttentionParams& params, Stream stream);
 template <ElementType kOutput>
 void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands& quant, Stream stream);
 
+/// The two parts of a Precision::kInt8 call, for a benchmark that times them apart: `quantize` writes the
+/// quantized q, k, v into the workspace, `attend` runs the 8-bit kernel on what the workspace holds (from an
+/// earlier call with the same q, k, v when `quantize` is false). Both true is sparse_attention.
+void sparse_attention_int8_parts(const SparseAttentionArgs& args, void* workspace, Stream stream, bool quantize,
+                                 bool attend);
+
 /// sparse_attention with `launch` in place of the kernel it selects, after the same checks and with the same
 /// parameters, so a benchmark times a variant of the tuning table through the library's own call path. `launch`
 /// must run the selected kernel's configuration (element type, head_dim, block).
