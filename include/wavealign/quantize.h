@@ -40,14 +40,15 @@ struct QuantizedLayout {
   int64_t padded_tokens = 0;  // kv_blocks * 128: the length of V's rows
   int entries() const { return batch * heads; }
 
-  QuantizedRegion q8;         // int8 [entries, tokens, 128]: round(q / q_scale of its row), in [-127, 127]
+  QuantizedRegion q8;         // int8 [entries, tokens, 128], in [-127, 127]: q ~ q8 * q_scale of its row
   QuantizedRegion q_scale;    // float [entries, tokens]: max |q| of the row / 127
   QuantizedRegion lse_shift;  // float [entries, tokens]: scale * q . k_mean, what the smoothing took off the LSE
-  QuantizedRegion k8;         // int8 [entries, tokens, 128]: round((k - k_mean) / k_scale of its block)
+  QuantizedRegion k8;         // int8 [entries, tokens, 128]: k - k_mean ~ k8 * k_scale of its block
   QuantizedRegion k_scale;    // float [entries, kv_blocks]: max |k - k_mean| of the 128-key block / 127
   QuantizedRegion k_mean;     // float [entries, 128]: K's mean over the tokens, per channel
-  QuantizedRegion v8;         // fp8 e4m3 bytes [entries, 128, padded_tokens]: v / v_scale transposed (channel
-                              // rows), key t at v_key_position(t); keys tokens .. padded_tokens - 1 are 0
+  QuantizedRegion v8;         // fp8 e4m3 bytes [entries, 128, padded_tokens], V transposed (channel rows):
+                              // v ~ v8 * v_scale of its channel, key t at position v_key_position(t), keys
+                              // tokens .. padded_tokens - 1 are 0
   QuantizedRegion v_scale;    // float [entries, 128]: max |v| of the channel / 448
   size_t bytes = 0;           // the whole buffer
 

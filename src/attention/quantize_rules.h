@@ -4,10 +4,10 @@
 // LSE shift. With one order on both sides the host reference reproduces the device's outputs bit for bit.
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/host_device.h"
 #include "wavealign/quantize.h"
@@ -33,21 +33,17 @@ constexpr int kStatsRowGroups = 32;
 /// Chunks of the statistics pass (the partial sums and maxima per entry and channel).
 constexpr int64_t stats_chunks(int64_t tokens) { return (tokens + kStatsChunkTokens - 1) / kStatsChunkTokens; }
 
-WA_HOST_DEVICE inline uint32_t float_bits(float x) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(x);
-#else
-  return std::bit_cast<uint32_t>(x);
-#endif
+/// The bits of `from` as a `To` of the same size (a register move on the device).
+template <class To, class From>
+WA_HOST_DEVICE inline To bit_copy(From from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  memcpy(&to, &from, sizeof(To));
+  return to;
 }
 
-WA_HOST_DEVICE inline float bits_float(uint32_t bits) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(bits);
-#else
-  return std::bit_cast<float>(bits);
-#endif
-}
+WA_HOST_DEVICE inline uint32_t float_bits(float x) { return bit_copy<uint32_t>(x); }
+WA_HOST_DEVICE inline float bits_float(uint32_t bits) { return bit_copy<float>(bits); }
 
 /// The bits of |x|. As unsigned integers they are ordered as |x|, and every NaN lies above infinity, so the
 /// largest of several is the largest magnitude, or a NaN when any is NaN, whatever the order they are taken in.
@@ -61,8 +57,14 @@ WA_HOST_DEVICE inline int8_t round_to_int8(float x) {
   return static_cast<int8_t>(rintf(clamped));
 }
 
-/// x / scale rounded to INT8 (the division in fp32, correctly rounded); 0 when scale is 0.
-WA_HOST_DEVICE inline int8_t quantize_int8(float x, float scale) { return scale == 0.0f ? 0 : round_to_int8(x / scale); }
+/// What a value is multiplied by before it is rounded to a code of `scale` (the stored scale, amax / 127 or
+/// amax / 448): 1 / scale in fp32, taken once per row, block or channel, so that each element costs one multiply
+/// (a division per element would cost ~10 instructions and a call to its slow path). Infinite for scale 0, where
+/// every value is 0; 0 for an infinite scale; NaN for a NaN one.
+WA_HOST_DEVICE inline float inverse_of(float scale) { return 1.0f / scale; }
+
+/// x * inverse_scale rounded to INT8. For scale 0 the product is 0 * inf = NaN, which converts to 0.
+WA_HOST_DEVICE inline int8_t quantize_int8(float x, float inverse_scale) { return round_to_int8(x * inverse_scale); }
 
 /// x rounded to e4m3, as cvt.rn.satfinite.e4m3x2.f32 does: round to nearest even; a magnitude of 448 or more
 /// (infinity included) saturates to +-448; NaN gives 0x7F whatever its sign; magnitudes up to 2^-10 give a
@@ -94,9 +96,9 @@ WA_HOST_DEVICE inline float e4m3_to_float(uint8_t code) {
   return sign * bits_float(((exponent + 127u - 7u) << 23) | (mantissa << 20));
 }
 
-/// x / scale rounded to e4m3 (the division in fp32); 0 when scale is 0.
-WA_HOST_DEVICE inline uint8_t quantize_e4m3(float x, float scale) {
-  return scale == 0.0f ? uint8_t{0} : e4m3_from_float(x / scale);
+/// x * inverse_scale rounded to e4m3; a zero x gives code 0 whatever the scale (0 * inf would be NaN).
+WA_HOST_DEVICE inline uint8_t quantize_e4m3(float x, float inverse_scale) {
+  return x == 0.0f ? uint8_t{0} : e4m3_from_float(x * inverse_scale);
 }
 
 /// The softmax scale of a call: `scale`, or 1/sqrt(head_dim) when 0.

@@ -1,6 +1,7 @@
 #include <climits>
 #include <limits>
 
+#include "attention/args.h"
 #include "attention/quantize_rules.h"
 #include "wavealign/error.h"
 #include "wavealign/quantize.h"
@@ -10,7 +11,9 @@ namespace {
 
 constexpr int64_t kSizeMax = int64_t(std::numeric_limits<size_t>::max() / 4);
 
-size_t align_up(size_t offset) { return (offset + kQuantizedAlignment - 1) / kQuantizedAlignment * kQuantizedAlignment; }
+size_t align_up(size_t offset) {
+  return (offset + kQuantizedAlignment - 1) / kQuantizedAlignment * kQuantizedAlignment;
+}
 
 template <class T>
 T* region_at(void* buffer, const QuantizedRegion& region) {
@@ -35,8 +38,8 @@ QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_
   layout.kv_blocks = int((tokens + kQuantizedKvBlock - 1) / kQuantizedKvBlock);
   layout.padded_tokens = int64_t(layout.kv_blocks) * kQuantizedKvBlock;
   // The largest region, V's, bounds them all: entries * 128 * padded_tokens bytes.
-  WA_CHECK_ARG(entries <= kSizeMax / (int64_t(head_dim) * layout.padded_tokens), "batch", "batch * heads * tokens = ",
-               entries * tokens, " makes a buffer larger than a size_t can hold");
+  WA_CHECK_ARG(entries <= kSizeMax / (int64_t(head_dim) * layout.padded_tokens), "batch",
+               "batch * heads * tokens = ", entries * tokens, " makes a buffer larger than a size_t can hold");
   size_t end = 0;
   auto take = [&](int64_t elements, size_t element_bytes) {
     const QuantizedRegion region{end, size_t(elements) * element_bytes};
@@ -75,23 +78,6 @@ QuantizedTensors quantized_tensors(const QuantizedLayout& layout, void* buffer) 
 
 namespace wavealign::cuda {
 
-QuantizeArgs quantize_args(const SparseAttentionArgs& args) {
-  QuantizeArgs quantize;
-  quantize.q = args.q;
-  quantize.k = args.k;
-  quantize.v = args.v;
-  quantize.batch = args.batch;
-  quantize.heads = args.heads;
-  quantize.tokens = args.tokens;
-  quantize.head_dim = args.head_dim;
-  quantize.element_type = args.element_type;
-  quantize.scale = args.scale;
-  quantize.head_stride = args.head_stride;
-  quantize.token_stride = args.token_stride;
-  quantize.q_batch_stride = args.q_batch_stride;
-  quantize.k_batch_stride = args.k_batch_stride;
-  quantize.v_batch_stride = args.v_batch_stride;
-  return quantize;
-}
+QuantizeArgs quantize_args(const SparseAttentionArgs& args) { return detail::with_inputs_of<QuantizeArgs>(args); }
 
 }  // namespace wavealign::cuda

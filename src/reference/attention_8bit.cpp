@@ -62,7 +62,8 @@ struct Operands {
       const uint8_t* v8 = tensors.v8 + size_t(e) * kD * layout.padded_tokens;
       float* values = v_values.data() + size_t(e) * size_t(tokens) * kD;
       for (int c = 0; c < kD; ++c)
-        for (int64_t t = 0; t < tokens; ++t) values[t * kD + c] = e4m3_to_float(v8[c * layout.padded_tokens + v_key_position(t)]);
+        for (int64_t t = 0; t < tokens; ++t)
+          values[t * kD + c] = e4m3_to_float(v8[c * layout.padded_tokens + v_key_position(t)]);
     });
   }
 };

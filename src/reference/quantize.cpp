@@ -1,5 +1,7 @@
 // The host quantizer: docs/quantization.md's rules in the device passes' orders (attention/quantize_rules.h), one
 // entry at a time.
+#include "wavealign/quantize.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include "common/parallel.h"
 #include "reference/checks.h"
 #include "wavealign/error.h"
-#include "wavealign/quantize.h"
 
 namespace wavealign {
 namespace {
@@ -60,8 +61,9 @@ struct EntryQuantizer {
         }
       const float block_scale = bits_float(maximum) / kInt8Max;
       out.k_scale[size_t(entry) * layout.kv_blocks + block] = block_scale;
+      const float inverse = inverse_of(block_scale);
       int8_t* k8 = out.k8 + (size_t(entry) * tokens() + first) * kD;
-      for (int64_t i = 0; i < rows * kD; ++i) k8[i] = quantize_int8(centered[i], block_scale);
+      for (int64_t i = 0; i < rows * kD; ++i) k8[i] = quantize_int8(centered[i], inverse);
     }
   }
 
@@ -74,7 +76,8 @@ struct EntryQuantizer {
       for (int c = 0; c < kD; ++c) maximum = std::max(maximum, magnitude_bits(row[c]));
       const float row_scale = bits_float(maximum) / kInt8Max;
       int8_t* q8 = out.q8 + (size_t(entry) * tokens() + t) * kD;
-      for (int c = 0; c < kD; ++c) q8[c] = quantize_int8(row[c], row_scale);
+      const float inverse = inverse_of(row_scale);
+      for (int c = 0; c < kD; ++c) q8[c] = quantize_int8(row[c], inverse);
       float lanes[kRowLanes];
       for (int lane = 0; lane < kRowLanes; ++lane) {
         float sum = 0.0f;
@@ -98,9 +101,11 @@ struct EntryQuantizer {
     }
     uint8_t* v8 = out.v8 + size_t(entry) * kD * layout.padded_tokens;
     std::memset(v8, 0, size_t(kD) * layout.padded_tokens);
-    for (int c = 0; c < kD; ++c)
+    for (int c = 0; c < kD; ++c) {
+      const float inverse = inverse_of(v_scale[c]);
       for (int64_t t = 0; t < tokens(); ++t)
-        v8[c * layout.padded_tokens + v_key_position(t)] = quantize_e4m3(v[t * kD + c], v_scale[c]);
+        v8[c * layout.padded_tokens + v_key_position(t)] = quantize_e4m3(v[t * kD + c], inverse);
+    }
   }
 
   void run() const {
@@ -114,8 +119,8 @@ struct EntryQuantizer {
 
 void check_values(std::span<const float> values, const QuantizedLayout& layout, const char* argument) {
   const size_t expected = size_t(layout.entries()) * size_t(layout.tokens) * kD;
-  WA_CHECK_ARG(values.size() == expected, argument, "has ", values.size(), " values, expected batch*heads*tokens*",
-               kD, " = ", expected);
+  WA_CHECK_ARG(values.size() == expected, argument, "has ", values.size(), " values, expected batch*heads*tokens*", kD,
+               " = ", expected);
 }
 
 }  // namespace
