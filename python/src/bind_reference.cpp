@@ -11,6 +11,7 @@
 #include "wavealign/quantize.h"
 #include "wavealign/reference.h"
 #include "wavealign/schedule.h"
+#include "wavealign/workload.h"
 
 namespace wavealign::python {
 
@@ -129,6 +130,25 @@ void bind_reference(nb::module_& module) {
       nb::arg("col_idx"), nb::arg("q_block"), nb::arg("kv_block"), nb::arg("scale"),
       nb::arg("schedule").none() = nb::none(),
       "The 8-bit kernel's emulation (host quantizer, integer Q K^T, FP8 P and V) into o and lse.");
+  module.def(
+      "synthetic_head_qkv",
+      [](int latent_frames, int height_tokens, int width_tokens, int heads, int head_dim, int head, uint64_t seed) {
+        VideoShape shape;
+        shape.latent_frames = latent_frames;
+        shape.height_tokens = height_tokens;
+        shape.width_tokens = width_tokens;
+        shape.heads = heads;
+        shape.head_dim = head_dim;
+        HeadQkv qkv = generate_head_qkv(shape, head, seed);
+        const size_t tokens = size_t(shape.tokens()), dim = size_t(head_dim);
+        return nb::make_tuple(numpy_from_vector(std::move(qkv.q), {tokens, dim}),
+                              numpy_from_vector(std::move(qkv.k), {tokens, dim}),
+                              numpy_from_vector(std::move(qkv.v), {tokens, dim}));
+      },
+      nb::arg("latent_frames"), nb::arg("height_tokens"), nb::arg("width_tokens"), nb::arg("heads"),
+      nb::arg("head_dim"), nb::arg("head"), nb::arg("seed"),
+      "Q, K, V (float32 [tokens, head_dim] each) of one head of the synthetic video workload on a token grid of "
+      "latent_frames x height_tokens x width_tokens.");
 }
 
 }  // namespace wavealign::python

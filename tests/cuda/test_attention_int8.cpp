@@ -7,7 +7,7 @@
 // where the kernel's MUFU.EX2 is off by up to 2^-22 relative, which can move a P' across an e4m3 rounding
 // boundary (one step is 2^-3 relative) in rare elements, and it sums each block's P V in double where the tensor
 // cores sum in fp32 in their own order; O is then rounded to bf16/fp16. |O - O_emu| <= 2 x that output
-// rounding + 2e-3 x max |O_emu| per row set, and |LSE - LSE_emu| <= 1e-3.
+// rounding + 2e-3 x max |O_emu| per row set, and |LSE - LSE_emu| <= 1e-4.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -77,7 +77,7 @@ void expect_matches_emulation(const Problem& problem, const Emulation& emulation
   EXPECT_EQ(out.padding_written, 0u) << where << ": writes into stride padding";
   EXPECT_LE(max_error, tolerance) << where << ": max |O - O_emulated| (max |O| " << max_o << ")";
   EXPECT_EQ(lse_mismatch, 0u) << where << ": LSE -inf where the emulation's is finite, or the reverse";
-  EXPECT_LE(max_lse_error, 1e-3f) << where << ": max |LSE - LSE_emulated|";
+  EXPECT_LE(max_lse_error, 1e-4f) << where << ": max |LSE - LSE_emulated|";
 }
 
 Schedule schedule_of(const Problem& problem) {
@@ -122,7 +122,7 @@ TEST(AttentionInt8, CloseToTheFp32Reference) {
   }
   const double cosine = dot / std::sqrt(norm_o * norm_ref);
   EXPECT_GE(cosine, 0.999) << "cosine similarity of O with the fp32 reference";
-  EXPECT_LE(l1 / l1_ref, 0.06) << "relative L1 error of O";
+  EXPECT_LE(l1 / l1_ref, 0.039) << "relative L1 error of O";
 }
 
 TEST(AttentionInt8, BitwiseInvariantAcrossSchedules) {

@@ -1,7 +1,7 @@
 """precision="int8": the 8-bit path through every Python entrance. On the CPU it runs the 8-bit kernel's exact
 emulation (the host quantizer, integer Q K^T, the FP8 roundings of P and V), so the path is testable without a
 GPU; the CUDA kernel is compared with the same emulation in tests/cuda/test_attention_int8.cpp and, through
-torch, in test_gpu.py."""
+torch, here (skipped without a CUDA device and the CUDA build)."""
 
 import numpy as np
 import pytest
@@ -15,6 +15,10 @@ except ImportError:  # the torch cases skip (the suite's conftest fails the run 
     torch = None
 
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+needs_cuda_kernel = pytest.mark.skipif(
+    torch is None or not (torch.cuda.is_available() and wavealign.has_cuda and
+                          torch.cuda.get_device_capability() >= (9, 0)),
+    reason="needs a Hopper GPU and wavealign's CUDA kernels")
 
 
 @pytest.fixture
@@ -73,3 +77,23 @@ def test_int8_through_the_torch_op_and_the_module(rng):
     assert np.array_equal(module(tq, tk, tv, torch.from_numpy(mask)).numpy(), expected)
     with pytest.raises(ValueError, match="invalid argument 'precision'"):
         wavealign.nn.SparseAttention(precision="int4")
+
+
+@needs_cuda_kernel
+def test_int8_on_cuda_matches_the_emulation_through_the_op_and_the_module(rng):
+    q, k, v, mask = _problem(rng, tokens=1000)
+    # The kernel reads bf16: the emulation gets the same bf16 values.
+    tq, tk, tv = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in (q, k, v))
+    hq, hk, hv = (x.float().cpu().numpy() for x in (tq, tk, tv))
+    host_plan = wavealign.plan(mask, skip="never", wave_size=2)
+    expected, expected_lse = wavealign.sparse_attention(hq, hk, hv, host_plan, return_lse=True, precision="int8")
+    plan = wavealign.plan(torch.from_numpy(mask).cuda(), skip="never", wave_size=2)
+    o, lse = wavealign.sparse_attention(tq, tk, tv, plan, return_lse=True, precision="int8")
+    assert o.dtype == torch.bfloat16 and o.is_cuda
+    # The emulation's exp2 and double P V sums against MUFU.EX2 and fp32 tensor-core sums, then O in bf16
+    # (tests/cuda/test_attention_int8.cpp states the same bound).
+    bound = 2e-3 * np.abs(expected).max() + 2 * 2.0 ** -8 * np.abs(expected).max()
+    assert np.abs(o.float().cpu().numpy() - expected).max() <= bound
+    assert np.abs(lse.cpu().numpy() - expected_lse).max() <= 1e-4
+    module = wavealign.nn.SparseAttention(precision="int8", skip="never", wave_size=2)
+    assert torch.equal(module(tq, tk, tv, torch.from_numpy(mask).cuda()), o)

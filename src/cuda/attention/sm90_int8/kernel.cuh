@@ -40,9 +40,9 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const Quantize
     } else {
       clear(tOrO);
     }
-    float inv[2], lse[2];
-    softmax.finalize(inv, lse);
-    Epilogue<Traits>::store(p, quant, record, tOrO, inv, lse, tid);
+    float sum[2], lse_log2[2];
+    softmax.finalize(sum, lse_log2);
+    Epilogue<Traits>::store(p, quant, record, tOrO, sum, lse_log2, tid);
   }
 }
 

@@ -274,10 +274,10 @@ struct Mainloop {
       for (int i = 0; i < 64; ++i) s[i] = static_cast<float>(tSrS(i));
       const bool partial = position == partial_position;
       if (partial) mask_columns(s, valid_in_partial, quad_lane, -INFINITY);
-      softmax.update(s, multiplier, factor);
-      // A zero multiplier (an all-zero row of q or block of k) turns a masked -inf into NaN: those columns
-      // are set to 0 again.
+      softmax.exponentiate(s, multiplier, factor);
+      // Keys past the sequence end get P' = 0 outright (a zero multiplier turns their -inf into NaN).
       if (partial) mask_columns(s, valid_in_partial, quad_lane, 0.f);
+      softmax.accumulate(s, factor);
     };
     // O = O * factor + the block's partial, once its P V product has drained.
     auto fold = [&](const float (&factor)[2]) {

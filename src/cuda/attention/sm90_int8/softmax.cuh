@@ -17,8 +17,6 @@ namespace wavealign::cuda::detail::sm90_int8 {
 
 /// log2(448), as a float: the exponent shift that scales P' to the e4m3 range.
 constexpr float kLog2P8Max = 8.80735492205760410f;
-/// ln(448): the LSE takes the scaling back out.
-constexpr float kLnP8Max = 6.10479323241498f;
 
 struct OnlineSoftmax {
   float row_max[2];  // log2 units: max over the blocks so far of a * f
@@ -29,42 +27,50 @@ struct OnlineSoftmax {
     row_sum[0] = row_sum[1] = 0.f;
   }
 
-  /// Folds one block into the running state and overwrites `a` (64 scores, masked columns -inf) with P'.
-  /// factor[h] is what O accumulated under the old max must be multiplied by: exactly 1 when the max did not
-  /// move, 0 before the first block. A row whose scores are all -inf keeps max -inf and P' 0.
-  __device__ __forceinline__ void update(float (&a)[64], const float (&f)[2], float (&factor)[2]) {
+  /// Turns one block's scores `a` (64 exact integers as floats; masked columns -inf) into P' in place and moves
+  /// the running max. factor[h] is what O and l accumulated under the old max are multiplied by: exactly 1 when
+  /// the max did not move, 0 before the first block. Masked columns come out as garbage (-inf * 0 is NaN for a
+  /// zero multiplier, an all-zero q row); the caller zeroes them before `accumulate`.
+  __device__ __forceinline__ void exponentiate(float (&a)[64], const float (&f)[2], float (&factor)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 32; ++j) tile_max = fmaxf(tile_max, a[frag_index(h, j)]);
       tile_max = quad_max(tile_max);
-      // max(a) * f = max(a * f) for f >= 0: rounding is monotone.
+      // max(a) * f = max(a * f) for f >= 0: rounding is monotone. fmaxf keeps the old max for a NaN product.
       const float new_max = fmaxf(row_max[h], tile_max == -INFINITY ? -INFINITY : tile_max * f[h]);
       const float finite_max = new_max == -INFINITY ? 0.f : new_max;
       factor[h] = fast_exp2(row_max[h] - finite_max);
       row_max[h] = new_max;
       const float bias = finite_max - kLog2P8Max;
-      float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         float& x = a[frag_index(h, j)];
         x = fast_exp2(fmaf(x, f[h], -bias));
-        sum += x;
       }
-      row_sum[h] = row_sum[h] * factor[h] + sum;
     }
   }
 
-  /// Normalizers and the natural-log LSE of the two rows (before the smoothing's shift). An empty row, or one
-  /// whose sum is not positive, gives inv 0 (O = 0) and LSE -inf.
-  __device__ __forceinline__ void finalize(float (&inv)[2], float (&lse)[2]) const {
+  /// l = fma(l, factor, the thread's sum of P' over its 32 columns in slot order).
+  __device__ __forceinline__ void accumulate(const float (&p)[64], const float (&factor)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float sum = quad_sum(row_sum[h]);
-      const bool empty = !(sum > 0.f);  // also catches NaN
-      inv[h] = empty ? 0.f : 1.f / sum;
-      lse[h] = empty ? -INFINITY : row_max[h] * 0.69314718055994531f + logf(sum) - kLnP8Max;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) sum += p[frag_index(h, j)];
+      row_sum[h] = fmaf(row_sum[h], factor[h], sum);
+    }
+  }
+
+  /// The rows' l = (l_0 + l_1) + (l_2 + l_3) over the quad, and their LSE' in log2 units,
+  /// (m - log2 448) + log2(l), before the ln 2 and the smoothing's shift. l = 0 only for a row without blocks
+  /// (the row's largest P' is 448 otherwise); a NaN l carries on into O and the LSE.
+  __device__ __forceinline__ void finalize(float (&sum)[2], float (&lse_log2)[2]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sum[h] = quad_sum(row_sum[h]);
+      lse_log2[h] = (row_max[h] - kLog2P8Max) + log2f(sum[h]);
     }
   }
 };
