@@ -260,10 +260,12 @@ struct Mainloop {
       row_multiplier[h] = row < p.tokens ? row_scales[row] : 0.f;
     }
 
-    // The rows' multipliers f = (q_scale * k_scale) * scale_log2 of the block in `stage`: its K scale is read
-    // (and used, so the load has completed) before the stage is released to the producer.
+    // The rows' multipliers f = (q_scale * k_scale) * scale_log2 of the block in `stage`. Lane 0 alone reads
+    // the K scale and passes it on: it is the lane whose arrive releases the stage, so its read is ordered
+    // before the producer's next write of the slot by that arrive (an mbarrier arrive releases the accesses of
+    // the arriving thread).
     auto multipliers_of = [&](int stage, float (&multiplier)[2]) {
-      const float k_scale = storage.k_scale[stage];
+      const float k_scale = __shfl_sync(0xffffffffu, lane == 0 ? storage.k_scale[stage] : 0.f, 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) multiplier[h] = (row_multiplier[h] * k_scale) * p.scale_log2;
     };
@@ -271,7 +273,7 @@ struct Mainloop {
     float s[64];
     auto softmax_of = [&](const float (&multiplier)[2], int position, float (&factor)[2]) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = static_cast<float>(tSrS(i));
+      for (int i = 0; i < 64; ++i) s[i] = exact_float_of_score(tSrS(i));
       const bool partial = position == partial_position;
       if (partial) mask_columns(s, valid_in_partial, quad_lane, -INFINITY);
       softmax.exponentiate(s, multiplier, factor);
