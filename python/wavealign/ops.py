@@ -317,7 +317,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
             col_idx.data_ptr(), schedule.data_ptr(), 0 if mask_error is None else mask_error.data_ptr(),
             workspace.data_ptr(), stream, batch, heads, mask_heads, length, head_dim, q_block, kv_block, element,
             scale, q.stride(1) if heads > 1 else 0, q.stride(2) if length > 1 else 0, batch_strides, traversal,
-            kernel)
+            kernel, precision)
     return o, lse
 
 

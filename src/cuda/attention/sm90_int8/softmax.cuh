@@ -75,14 +75,6 @@ struct OnlineSoftmax {
   }
 };
 
-/// float(x) for an INT8 score, |x| <= 128 * 127^2 < 2^22, without I2F: 1.5 * 2^23 + x is an integer in
-/// [2^23, 2^24), where floats are spaced by 1, so its bits are those of 1.5 * 2^23 plus x and the subtraction
-/// is exact. I2F issues at 16 per clock per SM on sm_90 (the MUFU rate), and 16,384 of them per 128 x 128 block
-/// would cost as much as the block's exponentials; this is one integer add and one FADD.
-__device__ __forceinline__ float exact_float_of_score(int32_t x) {
-  return __int_as_float(0x4B400000 + x) - 12582912.0f;
-}
-
 /// Four floats as e4m3 bytes of one 32-bit register, x0 in the lowest byte (round to nearest even, saturating
 /// to +-448; cvt.e4m3x2 puts its first source in the upper byte).
 __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
