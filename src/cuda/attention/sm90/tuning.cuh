@@ -28,7 +28,6 @@ struct Tuning {
   int consumer_registers;  // setmaxnreg of each consumer warpgroup
   KvLoadOrder kv_load_order;
   bool uniform_trip_count;  // the consumer's KV loop count passed through a warp reduction
-  bool consumer_ping_pong = false;  // the consumer warpgroups take turns to issue their GEMMs (8-bit kernel)
 };
 
 /// The table. bf16 and fp16 share every entry (the same instruction stream with another conversion).
@@ -63,8 +62,7 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
 /// - 40 / 232 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16).
 constexpr Tuning int8_tuning() {
   return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 40, .consumer_registers = 232,
-          .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false,
-          .consumer_ping_pong = false};
+          .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};
 }
 
 /// The table's entry as a type, the default Tuning parameter of KernelTraits.

@@ -30,7 +30,6 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const Quantize
   const int lane = tid % 32;
   typename Traits::TiledMmaPV mma_pv;
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
-  IssueTurn<Mainloop<Traits>::kPingPong>{tid / 128}.start();
   for (;;) {
     const WorkRecord record = ring.receive(lane);
     if (record.head < 0) break;

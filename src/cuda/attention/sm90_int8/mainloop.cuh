@@ -92,27 +92,6 @@ __device__ __forceinline__ void mask_columns(float (&s)[64], int valid_columns, 
   }
 }
 
-/// The consumer warpgroups' turns at the tensor cores: warpgroup w waits for the other's last issue (named
-/// barrier w), issues its GEMMs, and hands the turn over (named barrier 1 - w), so that one warpgroup's
-/// softmax runs while the other's GEMMs execute. Both warpgroups issue the same sequence (one per block and
-/// one at the end of an item, for every item), so the turns stay paired. Warpgroup 1 hands warpgroup 0 the
-/// first turn (`start`).
-template <bool kEnabled>
-struct IssueTurn {
-  static constexpr uint32_t kThreads = 256;  // the waiting warpgroup and the arriving one
-  int warpgroup;
-  __device__ __forceinline__ void start() const {
-    if constexpr (kEnabled)
-      if (warpgroup == 1) cutlass::arch::NamedBarrier::arrive(kThreads, 0);
-  }
-  __device__ __forceinline__ void begin() const {
-    if constexpr (kEnabled) cutlass::arch::NamedBarrier::sync(kThreads, warpgroup);
-  }
-  __device__ __forceinline__ void end() const {
-    if constexpr (kEnabled) cutlass::arch::NamedBarrier::arrive(kThreads, 1 - warpgroup);
-  }
-};
-
 template <class Traits>
 struct Mainloop {
   static constexpr int kBlockM = Traits::kBlockM;
@@ -120,7 +99,6 @@ struct Mainloop {
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kStages = Traits::kStages;
   static constexpr KvLoadOrder kKvLoadOrder = Traits::kTuning.kv_load_order;
-  static constexpr bool kPingPong = Traits::kTuning.consumer_ping_pong;
 
   /// Producer warp (all 32 lanes run the loop; lane 0 waits on barriers, stores the K scales and issues TMA).
   __device__ static void load(const KernelParams<Traits>& params, SharedStorage<Traits>& storage, int lane) {
@@ -309,7 +287,6 @@ struct Mainloop {
       for (int i = 0; i < size(tOrO); ++i) tOrO(i) = fmaf(tOrO(i), factor[(i >> 1) & 1], tOrPartial(i));
     };
 
-    const IssueTurn<kPingPong> turn{tid / 128};
     Barrier::wait(&storage.q_full, q_stage.phase());
     q_stage.advance();
     softmax.reset();
@@ -319,9 +296,7 @@ struct Mainloop {
     {
       const int stage = kv.index();
       Barrier::wait(&storage.k_full[stage], kv.phase());
-      turn.begin();
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-      turn.end();
       float multiplier[2];
       multipliers_of(stage, multiplier);  // its shared load and shuffle run under the GEMM
       warpgroup_wait<0>();
@@ -337,20 +312,10 @@ struct Mainloop {
       kv.advance();
       const int stage = kv.index();
       Barrier::wait(&storage.k_full[stage], kv.phase());
-      if constexpr (kPingPong) {
-        // Both GEMMs in one turn: V_{i-1} is waited for before the turn begins, so the other warpgroup's
-        // turn never waits on this one's loads.
-        Barrier::wait(&storage.v_full[prev_stage], prev_phase);
-        turn.begin();
-        sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-        sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrPartial);
-        turn.end();
-      } else {
-        sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-        // V_{i-1} is waited for after S_i is issued, so the S GEMM starts while V is in flight (the bf16 order).
-        Barrier::wait(&storage.v_full[prev_stage], prev_phase);
-        sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrPartial);
-      }
+      sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      // V_{i-1} is waited for after S_i is issued, so the S GEMM starts while V is in flight (the bf16 order).
+      Barrier::wait(&storage.v_full[prev_stage], prev_phase);
+      sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrPartial);
       float multiplier[2];
       multipliers_of(stage, multiplier);
       warpgroup_wait<1>();  // S_i is ready; the P V product of block i - 1 may still run
@@ -371,9 +336,7 @@ struct Mainloop {
     {
       const int stage = kv.index();
       Barrier::wait(&storage.v_full[stage], kv.phase());
-      turn.begin();
       sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrPartial);
-      turn.end();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrPartial);
       sm90::release_stage(&storage.v_empty[stage], lane);
