@@ -60,7 +60,7 @@ set(wa_cuda_flags --expt-relaxed-constexpr -lineinfo -Xptxas=--warn-on-spills)
 file(GLOB WA_CUDA_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/attention/*.cu
   ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm80/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/plan/*.cu
-  ${PROJECT_SOURCE_DIR}/src/cuda/masks/*.cu)
+  ${PROJECT_SOURCE_DIR}/src/cuda/masks/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/quantize/*.cu)
 add_library(wavealign_cuda ${WA_CUDA_SOURCES})
 add_library(wavealign::cuda ALIAS wavealign_cuda)
 set_target_properties(wavealign_cuda PROPERTIES CUDA_ARCHITECTURES "${WA_CUDA_ARCHITECTURES}")
@@ -89,6 +89,7 @@ endfunction()
 
 if(wa_build_sm90)
   file(GLOB WA_CUDA_SM90_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm90/*.cu
+    ${PROJECT_SOURCE_DIR}/src/cuda/attention/sm90_int8/*.cu
     ${PROJECT_SOURCE_DIR}/src/cuda/masks/sm90/*.cu)
   wa_add_sm90_objects(wavealign_cuda_sm90 ${WA_CUDA_SM90_SOURCES})
   target_sources(wavealign_cuda PRIVATE $<TARGET_OBJECTS:wavealign_cuda_sm90>)

@@ -8,7 +8,12 @@
 //                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled] [--wave-size W]
 //                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--warmup-ms 0]
 //                   [--iters 10] [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
-//                   [--variants default,NAME,...] [--rounds 1]
+//                   [--variants default,NAME,...] [--rounds 1] [--precision native|int8]
+//
+// --precision int8 times the 8-bit path three ways on the same inputs: the whole call ("int8", quantization
+// included), the quantization alone ("int8-quantize") and the kernel alone on the quantized operands
+// ("int8-kernel"); each line carries "part" and "includes_quantization". The effective rate counts the
+// attention's 4 * Bq * Bk * d * nnz_blocks operations in every part (the quantization's own line reads its time).
 //
 // --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
 // --save-perm write the mask (bool [H,MB,NB]) and the plan's permutation (int32 [H,MB]) for the peer benchmark.
@@ -84,6 +89,7 @@ struct Options {
   int wave_size = 0;  // 0 = the GPU's slots
   Traversal traversal = Traversal::kAscending;
   KernelPath path = KernelPath::kAuto;
+  cuda::Precision precision = cuda::Precision::kNative;
   int warmup = 2;
   double warmup_ms = 0;  // warm-up kernel time to reach after the `warmup` runs
   int iters = 10;
@@ -120,9 +126,16 @@ std::vector<std::string> split_names(const std::string& list) {
 struct Contender {
   std::string name;
   const bench::KernelVariant* variant = nullptr;
+  bool quantize = true;  // precision int8: which parts of the call run
+  bool attend = true;
 };
 
 std::vector<Contender> contenders(const Options& o, const cuda::Support& support) {
+  if (o.precision == cuda::Precision::kInt8) {
+    if (!o.variants.empty()) throw std::invalid_argument("--variants times the bf16/fp16 kernel's tuning variants");
+    return {Contender{"int8", nullptr, true, true}, Contender{"int8-quantize", nullptr, true, false},
+            Contender{"int8-kernel", nullptr, false, true}};
+  }
   if (o.variants.empty()) return {Contender{"default", nullptr}};
   std::vector<Contender> list;
   for (const std::string& name : o.variants) {
@@ -182,6 +195,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--wave-size") o.wave_size = std::stoi(value());
     else if (flag == "--traversal") o.traversal = from_string<Traversal>(value());
     else if (flag == "--path") o.path = from_string<KernelPath>(value());
+    else if (flag == "--precision") o.precision = from_string<cuda::Precision>(value());
     else if (flag == "--warmup") o.warmup = std::stoi(value());
     else if (flag == "--warmup-ms") o.warmup_ms = parse_milliseconds(flag, value());
     else if (flag == "--iters") o.iters = std::stoi(value());
@@ -304,6 +318,7 @@ int run(const Options& o) {
   args.schedule = static_cast<const ScheduleItem*>(items);
   args.traversal = o.traversal;
   args.path = o.path;
+  args.precision = o.precision;
   const cuda::Support support = cuda::query_support(args);
   if (!support.supported) {
     std::fprintf(stderr, "unsupported: %s\n", support.reason.c_str());
@@ -331,7 +346,9 @@ int run(const Options& o) {
     if (o.cold_l2) WA_BENCH_CUDA(cudaMemsetAsync(flush, launches & 0xFF, flush_bytes, stream));
     ++launches;
     WA_BENCH_CUDA(cudaEventRecord(start, stream));
-    if (contender.variant == nullptr) {
+    if (o.precision == cuda::Precision::kInt8) {
+      cuda::detail::sparse_attention_int8_parts(args, workspace, stream, contender.quantize, contender.attend);
+    } else if (contender.variant == nullptr) {
       cuda::sparse_attention(args, workspace, stream);
     } else {
       cuda::detail::sparse_attention_with(args, workspace, stream, contender.variant->launch);
@@ -378,6 +395,12 @@ int run(const Options& o) {
         std::snprintf(variant_json, sizeof(variant_json), "\"variant\": \"%s\", \"round\": %d, ",
                       contender.name.c_str(), round);
       }
+      if (o.precision == cuda::Precision::kInt8) {
+        std::snprintf(variant_text, sizeof(variant_text), "precision=int8 part=%s ", contender.name.c_str());
+        std::snprintf(variant_json, sizeof(variant_json),
+                      "\"precision\": \"int8\", \"part\": \"%s\", \"includes_quantization\": %s, ",
+                      contender.name.c_str(), contender.quantize ? "true" : "false");
+      }
       if (!o.json) std::printf(
           "%skernel=%s dtype=%s heads=%d tokens=%lld d=%d block=%d density=%.4f nnz_blocks=%lld order=%s "
           "traversal=%s l2=%s median_ms=%.3f min_ms=%.3f max_ms=%.3f tflops=%.1f sm_clock_mhz=%s power_w=%s "
@@ -404,7 +427,8 @@ int run(const Options& o) {
             format_stat(power_capped, 3, "null").c_str(), warmup_spent_ms);
       }
       std::fflush(stdout);
-      if (runs.size() > 1 && (contender.variant == nullptr || contender.variant->same_bits)) {
+      const bool computes_output = contender.attend && (contender.variant == nullptr || contender.variant->same_bits);
+      if (runs.size() > 1 && computes_output) {
         std::vector<char> o_host(o_bytes), lse_host(lse_bytes);
         WA_BENCH_CUDA(cudaMemcpy(o_host.data(), out, o_bytes, cudaMemcpyDeviceToHost));
         WA_BENCH_CUDA(cudaMemcpy(lse_host.data(), lse, lse_bytes, cudaMemcpyDeviceToHost));

@@ -40,8 +40,9 @@ def read_jsonl(path):
     return rows
 
 
-def read_ncu(path):
-    """{(frames, mask, order): {metric: value}} from the '# case' headers and ncu's CSV blocks."""
+def read_ncu(path, key_fields=("frames", "mask", "order")):
+    """{(frames, mask, order): {metric: value}} from the '# case' headers and ncu's CSV blocks (the key: the
+    header's `key_fields`, frames as an int)."""
     results, key, block = {}, None, []
 
     def flush():
@@ -58,7 +59,8 @@ def read_ncu(path):
         if line.startswith("# case"):
             flush()
             fields = dict(part.split("=") for part in line[len("# case"):].split())
-            key, block = (int(fields["frames"]), fields["mask"], fields["order"]), []
+            key = tuple(int(fields[name]) if name == "frames" else fields[name] for name in key_fields)
+            block = []
         elif line.startswith('"ID"') or (block and line.startswith('"')):
             block.append(line)
     flush()

@@ -20,7 +20,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   | tee "$logs/gpu.txt"
 
 if want tests; then
-  for program in wa_test_dispatch wa_test_attention wa_test_gpu_plan wa_test_masks wa_test_quantize; do
+  for program in wa_test_dispatch wa_test_attention wa_test_attention_int8 wa_test_gpu_plan wa_test_masks \
+      wa_test_quantize; do
     [ -x "$tests_dir/$program" ] || continue
     start=$(date +%s)
     timeout 300 "$tests_dir/$program" >"$logs/$program.log" 2>&1
@@ -42,10 +43,10 @@ if want sanitizer; then
   sanitize memcheck wa_test_gpu_plan "GpuPlanBuffers.*:GpuPlanValidation.EveryRuleGivesTheHostRecord"
   sanitize racecheck wa_test_gpu_plan "GpuPlanBuffers.OneBufferEqualsTheCpuExport"
   sanitize memcheck wa_test_masks "*NonFinite*"
-  if [ -x "$tests_dir/wa_test_quantize" ]; then
-    sanitize memcheck wa_test_quantize "*"
-    sanitize racecheck wa_test_quantize "*"
-  fi
+  for tool in memcheck racecheck synccheck; do
+    sanitize "$tool" wa_test_quantize "*"
+    sanitize "$tool" wa_test_attention_int8 "AttentionInt8.EmptyRowsGiveZeroAndMinusInfinity:AttentionInt8.CapturableInCudaGraph"
+  done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/sanitizer.log" | sort | uniq -c
 fi
 
@@ -53,7 +54,7 @@ if want python; then
   start=$(date +%s)
   WAVEALIGN_TESTS_ALLOW_MISSING=1 PYTHONPATH="$py_build/python" timeout 420 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_gpu.py tests/python/test_methods.py tests/python/test_torch.py tests/python/test_plan_contract.py \
-    tests/python/test_concurrency.py tests/python/test_bad_inputs.py >"$logs/pytest.log" 2>&1
+    tests/python/test_concurrency.py tests/python/test_bad_inputs.py tests/python/test_precision.py >"$logs/pytest.log" 2>&1
   echo "pytest (GPU files) rc=$? ($(($(date +%s) - start)) s): $(tail -n 1 "$logs/pytest.log")"
   grep -E "^FAILED" "$logs/pytest.log" | head -10
 fi

@@ -26,6 +26,8 @@ struct CUstream_st;
   X(kSm80, kBf16, 128, 128) X(kSm80, kBf16, 128, 64) X(kSm80, kBf16, 64, 128) X(kSm80, kBf16, 64, 64)
 #define WA_SM80_FP16_KERNELS(X) \
   X(kSm80, kFp16, 128, 128) X(kSm80, kFp16, 128, 64) X(kSm80, kFp16, 64, 128) X(kSm80, kFp16, 64, 64)
+// The 8-bit kernels (Precision::kInt8): d = 128, 128 x 128 blocks, O in the inputs' type.
+#define WA_SM90_INT8_KERNELS(X) X(kSm90, kBf16, 128, 128) X(kSm90, kFp16, 128, 128)
 #define WA_SM90_KERNELS(X) \
   WA_SM90_BF16_D128_KERNELS(X) WA_SM90_BF16_D64_KERNELS(X) WA_SM90_FP16_D128_KERNELS(X) WA_SM90_FP16_D64_KERNELS(X)
 #define WA_SM80_KERNELS(X) WA_SM80_BF16_KERNELS(X) WA_SM80_FP16_KERNELS(X)
@@ -36,6 +38,13 @@ namespace wavealign::cuda {
 using Stream = CUstream_st*;  // cudaStream_t
 
 enum class ElementType { kBf16, kFp16 };
+
+/// The arithmetic of a call. kNative: the inputs' 16-bit type (bf16 or fp16) on the tensor cores. kInt8: Q and K
+/// quantized to INT8 (Q per row, K per 128-key block after subtracting its mean over the sequence), P and V to
+/// FP8 e4m3 (V per channel), S on INT8 and P V on FP8 tensor cores, every block's P V added into O in fp32;
+/// the quantization of q, k, v is part of the call (docs/kernel-8bit.md). kInt8 runs on sm_90 at head_dim 128
+/// with 128 x 128 blocks.
+enum class Precision { kNative, kInt8 };
 
 /// Which kernel family may run. kAuto picks the Hopper kernel (TMA + wgmma, warp-specialized) on sm_90 and
 /// the portable mma.sync kernel on sm_80/86/89; kSm80 forces the portable kernel (it also runs on sm_90).
@@ -81,6 +90,7 @@ struct SparseAttentionArgs {
   const int32_t* mask_error = nullptr;
   Traversal traversal = Traversal::kAscending;
   KernelPath path = KernelPath::kAuto;
+  Precision precision = Precision::kNative;
 };
 
 /// Answers "can this run here?" with the same dispatch the launch uses; `reason` names what is missing.
@@ -120,7 +130,8 @@ Implementation can_implement(const SparseAttentionArgs& args, int device = -1);
 /// A stride of a size-1 dimension is never stepped over and is ignored. `kernel` stays empty.
 Implementation check_arguments(const SparseAttentionArgs& args);
 
-/// Bytes of device workspace the call needs (the ticket counter); allocate once and reuse.
+/// Bytes of device workspace the call needs: the ticket counter, and for Precision::kInt8 the quantized q, k, v
+/// and their scratch (wavealign/quantize.h's layout); allocate once per shape and reuse.
 size_t workspace_bytes(const SparseAttentionArgs& args);
 
 /// Launches the kernel. workspace: device memory of workspace_bytes(args), any content (the call resets it
@@ -133,6 +144,7 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
 namespace wavealign {
 // The spellings of the CLI/bench flags, test names and the kernel names of query_support.
 WA_ENUM_NAMES(cuda::ElementType, "dtype", {cuda::ElementType::kBf16, "bf16"}, {cuda::ElementType::kFp16, "fp16"});
+WA_ENUM_NAMES(cuda::Precision, "precision", {cuda::Precision::kNative, "native"}, {cuda::Precision::kInt8, "int8"});
 WA_ENUM_NAMES(cuda::KernelPath, "kernel", {cuda::KernelPath::kAuto, "auto"}, {cuda::KernelPath::kSm90, "sm90"},
               {cuda::KernelPath::kSm80, "sm80"});
 }  // namespace wavealign

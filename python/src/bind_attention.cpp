@@ -118,14 +118,17 @@ cuda::ElementType element_type_of(const std::string& name) {
 }
 
 cuda::SparseAttentionArgs shape_args(int heads, int64_t tokens, int head_dim, int q_block, int kv_block,
-                                     const std::string& element_type, const std::string& kernel) {
+                                     const std::string& element_type, const std::string& kernel,
+                                     const std::string& precision, int batch = 1) {
   cuda::SparseAttentionArgs args;
+  args.batch = batch;
   args.heads = heads;
   args.tokens = tokens;
   args.head_dim = head_dim;
   args.block = {q_block, kv_block};
   args.element_type = element_type_of(element_type);
   args.path = from_string<cuda::KernelPath>(kernel);
+  args.precision = from_string<cuda::Precision>(precision);
   return args;
 }
 
@@ -142,23 +145,25 @@ void bind_cuda(nb::module_& module) {
   module.def(
       "cuda_query_support",
       [](int heads, int64_t tokens, int head_dim, int q_block, int kv_block, const std::string& element_type,
-         const std::string& kernel, int device) {
-        const cuda::Support support =
-            cuda::query_support(shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel), device);
+         const std::string& kernel, int device, const std::string& precision) {
+        const cuda::Support support = cuda::query_support(
+            shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel, precision), device);
         return std::make_tuple(support.supported, support.reason, support.kernel);
       },
       nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"), nb::arg("kv_block"),
-      nb::arg("element_type"), nb::arg("kernel"), nb::arg("device"),
+      nb::arg("element_type"), nb::arg("kernel"), nb::arg("device"), nb::arg("precision") = "native",
       "(supported, reason, kernel name) for a call of this shape on `device`.");
 
   module.def(
       "cuda_workspace_bytes",
       [](int heads, int64_t tokens, int head_dim, int q_block, int kv_block, const std::string& element_type,
-         const std::string& kernel) {
-        return cuda::workspace_bytes(shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel));
+         const std::string& kernel, const std::string& precision, int batch) {
+        return cuda::workspace_bytes(
+            shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel, precision, batch));
       },
       nb::arg("heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"), nb::arg("kv_block"),
-      nb::arg("element_type"), nb::arg("kernel"));
+      nb::arg("element_type"), nb::arg("kernel"), nb::arg("precision") = "native", nb::arg("batch") = 1,
+      "Device workspace bytes of a call (for precision int8 the quantized q, k, v included).");
 
   module.def(
       "cuda_sparse_attention",
@@ -166,14 +171,14 @@ void bind_cuda(nb::module_& module) {
          uintptr_t schedule, uintptr_t mask_error, uintptr_t workspace, uintptr_t stream, int batch, int heads,
          int mask_heads, int64_t tokens, int head_dim, int q_block, int kv_block, const std::string& element_type,
          float scale, int64_t head_stride, int64_t token_stride, const std::tuple<int64_t, int64_t, int64_t, int64_t>&
-         batch_strides, const std::string& traversal, const std::string& kernel) {
-        cuda::SparseAttentionArgs args = shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel);
+         batch_strides, const std::string& traversal, const std::string& kernel, const std::string& precision) {
+        cuda::SparseAttentionArgs args =
+            shape_args(heads, tokens, head_dim, q_block, kv_block, element_type, kernel, precision, batch);
         args.q = pointer<const void>(q);
         args.k = pointer<const void>(k);
         args.v = pointer<const void>(v);
         args.o = pointer<void>(o);
         args.lse = pointer<float>(lse);
-        args.batch = batch;
         args.mask_heads = mask_heads;
         args.row_ptr = pointer<const int64_t>(row_ptr);
         args.col_idx = pointer<const int32_t>(col_idx);
@@ -191,7 +196,7 @@ void bind_cuda(nb::module_& module) {
       nb::arg("schedule"), nb::arg("mask_error"), nb::arg("workspace"), nb::arg("stream"), nb::arg("batch"),
       nb::arg("heads"), nb::arg("mask_heads"), nb::arg("tokens"), nb::arg("head_dim"), nb::arg("q_block"),
       nb::arg("kv_block"), nb::arg("element_type"), nb::arg("scale"), nb::arg("head_stride"), nb::arg("token_stride"),
-      nb::arg("batch_strides"), nb::arg("traversal"), nb::arg("kernel"),
+      nb::arg("batch_strides"), nb::arg("traversal"), nb::arg("kernel"), nb::arg("precision") = "native",
       "Launches the fused kernel on `stream` over the whole batch (device addresses as integers; lse and "
       "mask_error may be 0; batch_strides: (q, k, v, o) in elements).");
 }

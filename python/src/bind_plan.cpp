@@ -369,8 +369,9 @@ void bind_plan(nb::module_& module) {
     if (kind == "head_order") return enum_names<HeadOrder>();
     if (kind == "traversal") return enum_names<Traversal>();
     if (kind == "kernel") return enum_names<cuda::KernelPath>();
+    if (kind == "precision") return enum_names<cuda::Precision>();
     throw InvalidArgument("kind", "unknown option kind '" + kind + "'");
-  }, nb::arg("kind"), "Accepted spellings of an option (order, gpu, skip, head_order, traversal, kernel).");
+  }, nb::arg("kind"), "Accepted spellings of an option (order, gpu, skip, head_order, traversal, kernel, precision).");
   module.def("order_has_gpu_plan", [](const std::string& order) { return order_has_gpu_plan(from_string<Order>(order)); },
              nb::arg("order"), "Whether the GPU planner plans this row order (the others need planner=\"cpu\").");
 }

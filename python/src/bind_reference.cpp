@@ -2,13 +2,16 @@
 #include <nanobind/stl/optional.h>
 
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "arrays.h"
 #include "bindings.h"
+#include "wavealign/quantize.h"
 #include "wavealign/reference.h"
 #include "wavealign/schedule.h"
+#include "wavealign/workload.h"
 
 namespace wavealign::python {
 
@@ -32,9 +35,12 @@ std::span<float> float_output(const OutArray& array, const char* argument) {
 // q, k, v, o: float32 [batch, heads, tokens, head_dim] or [heads, tokens, head_dim]; lse: float32 [batch,
 // heads, tokens] or [heads, tokens]. row_ptr covers mask_heads*q_blocks rows with mask_heads = heads (shared by
 // the batch), batch*heads or 1 (mask_heads_fit). schedule: int32 [batch*heads*q_blocks, 2] (head = b*heads + h, query block) or None.
+// precision kInt8: the 8-bit kernel's emulation (wavealign/quantize.h: the host quantizer, then
+// reference_attention_8bit) in place of the fp32 reference.
 void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o,
                                 const OutArray& lse, const AnyArray& row_ptr, const AnyArray& col_idx, int q_block,
-                                int kv_block, float scale, const std::optional<AnyArray>& schedule) {
+                                int kv_block, float scale, const std::optional<AnyArray>& schedule,
+                                cuda::Precision precision) {
   const std::span<const float> q_values = float_values(q, "q");
   WA_CHECK_ARG(q.ndim() == 3 || q.ndim() == 4, "q", "must be [batch, heads, tokens, head_dim] or [heads, tokens, "
                "head_dim], got ", q.ndim(), " dimensions");
@@ -84,6 +90,15 @@ void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyA
   const std::span<float> o_values = float_output(o, "o");
   const std::span<float> lse_values = float_output(lse, "lse");
   nb::gil_scoped_release unlocked;
+  if (precision == cuda::Precision::kInt8) {
+    WA_CHECK_ARG(q_block == kQuantizedKvBlock && kv_block == kQuantizedKvBlock, "block_size",
+                 "precision int8 runs 128 x 128 blocks, got ", q_block, " x ", kv_block);
+    const QuantizedLayout layout = quantized_layout(shape.batch, shape.heads, shape.tokens, shape.head_dim);
+    std::vector<uint8_t> buffer(layout.bytes);
+    quantize_reference(layout, q_values, k_values, v_values, scale, buffer.data());
+    reference_attention_8bit(layout, buffer.data(), mask, scale, o_values, lse_values, order ? &*order : nullptr);
+    return;
+  }
   reference_attention(shape, q_values, k_values, v_values, mask, scale, o_values, lse_values,
                       order ? &*order : nullptr);
 }
@@ -91,10 +106,49 @@ void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyA
 }  // namespace
 
 void bind_reference(nb::module_& module) {
-  module.def("reference_attention", &reference_attention_arrays, nb::arg("q"), nb::arg("k"), nb::arg("v"),
-             nb::arg("o"), nb::arg("lse"), nb::arg("row_ptr"), nb::arg("col_idx"), nb::arg("q_block"),
-             nb::arg("kv_block"), nb::arg("scale"), nb::arg("schedule").none() = nb::none(),
-             "fp32 block-sparse attention with LSE into o and lse (host arrays, C-contiguous).");
+  module.def(
+      "reference_attention",
+      [](const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o, const OutArray& lse,
+         const AnyArray& row_ptr, const AnyArray& col_idx, int q_block, int kv_block, float scale,
+         const std::optional<AnyArray>& schedule) {
+        reference_attention_arrays(q, k, v, o, lse, row_ptr, col_idx, q_block, kv_block, scale, schedule,
+                                   cuda::Precision::kNative);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"), nb::arg("row_ptr"),
+      nb::arg("col_idx"), nb::arg("q_block"), nb::arg("kv_block"), nb::arg("scale"),
+      nb::arg("schedule").none() = nb::none(),
+      "fp32 block-sparse attention with LSE into o and lse (host arrays, C-contiguous).");
+  module.def(
+      "reference_attention_8bit",
+      [](const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o, const OutArray& lse,
+         const AnyArray& row_ptr, const AnyArray& col_idx, int q_block, int kv_block, float scale,
+         const std::optional<AnyArray>& schedule) {
+        reference_attention_arrays(q, k, v, o, lse, row_ptr, col_idx, q_block, kv_block, scale, schedule,
+                                   cuda::Precision::kInt8);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"), nb::arg("row_ptr"),
+      nb::arg("col_idx"), nb::arg("q_block"), nb::arg("kv_block"), nb::arg("scale"),
+      nb::arg("schedule").none() = nb::none(),
+      "The 8-bit kernel's emulation (host quantizer, integer Q K^T, FP8 P and V) into o and lse.");
+  module.def(
+      "synthetic_head_qkv",
+      [](int latent_frames, int height_tokens, int width_tokens, int heads, int head_dim, int head, uint64_t seed) {
+        VideoShape shape;
+        shape.latent_frames = latent_frames;
+        shape.height_tokens = height_tokens;
+        shape.width_tokens = width_tokens;
+        shape.heads = heads;
+        shape.head_dim = head_dim;
+        HeadQkv qkv = generate_head_qkv(shape, head, seed);
+        const size_t tokens = size_t(shape.tokens()), dim = size_t(head_dim);
+        return nb::make_tuple(numpy_from_vector(std::move(qkv.q), {tokens, dim}),
+                              numpy_from_vector(std::move(qkv.k), {tokens, dim}),
+                              numpy_from_vector(std::move(qkv.v), {tokens, dim}));
+      },
+      nb::arg("latent_frames"), nb::arg("height_tokens"), nb::arg("width_tokens"), nb::arg("heads"),
+      nb::arg("head_dim"), nb::arg("head"), nb::arg("seed"),
+      "Q, K, V (float32 [tokens, head_dim] each) of one head of the synthetic video workload on a token grid of "
+      "latent_frames x height_tokens x width_tokens.");
 }
 
 }  // namespace wavealign::python

@@ -17,7 +17,8 @@ from ._util import check_choice, check_flag, check_scale, host_array, invalid, i
 
 
 def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = None, return_lse: bool = False,
-                     traversal: str = "ascending", *, head_order: str = "sequential", kernel: str = "auto") -> Any:
+                     traversal: str = "ascending", *, head_order: str = "sequential", kernel: str = "auto",
+                     precision: str = "native") -> Any:
     """Block-sparse attention O = softmax(Q K^T * scale) V over the plan's mask, rows run in plan order.
 
     Args:
@@ -32,6 +33,11 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
             reference always ascends: the result differs only by summation order).
         head_order: "sequential" or "concurrent-heads" schedule (see Plan.schedule).
         kernel: CUDA kernel family: "auto", "sm90" (Hopper) or "sm80" (portable).
+        precision: "native" (the inputs' bf16/fp16 on the tensor cores) or "int8": q and k quantized to INT8
+            (q per row, k per 128-key block after subtracting its mean over the sequence), P and v to FP8 e4m3,
+            every block's P V added into O in fp32 (docs/kernel-8bit.md); the quantization runs in the call.
+            On CUDA the 8-bit Hopper kernel (sm_90, head_dim 128, 128 x 128 blocks); on the CPU the kernel's
+            exact emulation (integer Q K^T, the same FP8 roundings) in place of the float32 reference.
 
     CUDA torch tensors (bf16/fp16) run the fused kernel on the current stream, the whole batch in one launch,
     without host synchronization. CPU tensors and numpy arrays run the CPU reference in float32; the output
@@ -46,6 +52,7 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     check_choice(traversal, "traversal", "traversal")
     check_choice(head_order, "head_order", "head_order")
     check_choice(kernel, "kernel", "kernel")
+    check_choice(precision, "precision", "precision")
     return_lse = check_flag(return_lse, "return_lse")
     if _flex_mask.masks_tokens(plan):
         raise invalid("plan", "was built from a FlexAttention BlockMask whose partial blocks carry a mask_mod "
@@ -56,7 +63,7 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
                               "blocks only (no mask_mod, or its full_kv_num_blocks / full_kv_indices)")
 
     if is_torch_tensor(q):
-        return _torch_call(q, k, v, plan, scale, return_lse, traversal, head_order, kernel)
+        return _torch_call(q, k, v, plan, scale, return_lse, traversal, head_order, kernel, precision)
 
     arrays = [host_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
     batch, heads, length, head_dim = _check_shapes([a.shape for a in arrays], plan)
@@ -68,7 +75,7 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
             raise invalid(name, f"has dtype {array.dtype}, q has {arrays[0].dtype}")
     q4, k4, v4 = (a.reshape(batch, heads, length, head_dim) for a in arrays)
     row_ptr, col_idx, schedule = plan._launch_arrays(batch, heads, head_order)
-    o, lse = ops.reference(q4, k4, v4, row_ptr, col_idx, schedule, plan.block_size, scale)
+    o, lse = ops.reference(q4, k4, v4, row_ptr, col_idx, schedule, plan.block_size, scale, precision)
     shape = arrays[0].shape
     o = o.reshape(shape).astype(arrays[0].dtype, copy=False)
     return (o, lse.reshape(shape[:-1])) if return_lse else o
@@ -95,7 +102,7 @@ def _check_shapes(shapes: list[tuple[int, ...]], plan: Plan) -> tuple[int, int, 
 
 
 def _torch_call(q: Any, k: Any, v: Any, plan: Plan, scale: float | None, return_lse: bool, traversal: str,
-                head_order: str, kernel: str) -> Any:
+                head_order: str, kernel: str, precision: str) -> Any:
     torch = torch_or_none()
     ops.register()
     for x, name in ((k, "k"), (v, "v")):
@@ -117,7 +124,7 @@ def _torch_call(q: Any, k: Any, v: Any, plan: Plan, scale: float | None, return_
     if squeeze:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     o, lse = torch.ops.wavealign.sparse_attention(q, k, v, row_ptr, col_idx, schedule, error, plan.block_size[0],
-                                                  plan.block_size[1], scale, traversal, kernel)
+                                                  plan.block_size[1], scale, traversal, kernel, precision)
     if squeeze:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o

@@ -19,7 +19,8 @@ def invalid(argument: str, message: str) -> ValueError:
 # Option spellings from the C++ name tables, read once: a plain dict keeps the Python entry points free of
 # extension calls, so torch.compile can trace them.
 _CHOICES: dict[str, tuple[str, ...]] = {kind: tuple(_core.enum_names(kind))
-                                        for kind in ("order", "gpu", "skip", "head_order", "traversal", "kernel")}
+                                        for kind in ("order", "gpu", "skip", "head_order", "traversal", "kernel",
+                                                     "precision")}
 _torch: Any = None
 
 
@@ -71,7 +72,7 @@ def host_array(value: Any, argument: str) -> np.ndarray:
 
 def check_choice(value: Any, argument: str, kind: str) -> str:
     """Validates an option against the C++ name table of `kind` (order, gpu, skip, head_order, traversal,
-    kernel)."""
+    kernel, precision)."""
     names = _CHOICES[kind]
     if not isinstance(value, str) or value not in names:
         raise invalid(argument, f"unknown value {value!r} (expected one of: {', '.join(names)})")

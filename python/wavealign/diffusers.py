@@ -25,6 +25,7 @@ branches apart, `branch=`). See docs/python.md ("In a diffusers Wan2.1 model").
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import threading
@@ -512,13 +513,16 @@ def _method_options_with_block(method: str, options: dict[str, Any], block_size:
     return dict(options, block_size=q_block)
 
 
-def _resolve_backend(backend: Any) -> Callable[..., Any] | None:
+def _resolve_backend(backend: Any, precision: str) -> Callable[..., Any] | None:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise invalid("backend", f"unknown value {backend!r} (expected one of: {', '.join(BACKENDS)})")
+    if precision != "native" and backend != "wavealign":
+        raise invalid("precision", f"{precision!r} runs on backend 'wavealign' (the fused 8-bit kernel), got "
+                                   f"backend {backend!r}")
     if backend == "wavealign":
         from ._attention import sparse_attention
 
-        return sparse_attention
+        return functools.partial(sparse_attention, precision=precision)
     if backend == "fa4":
         try:
             fa4 = importlib.import_module("wavealign.fa4")
@@ -569,7 +573,8 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
           dense_steps: int = 0, dense_layers: int | Iterable[int] = 0, refresh: int = 1,
           block_size: int | tuple[int, int] = 128, method_options: dict[str, Any] | None = None,
           skip: str = "auto", profile: Any = None, plan_options: dict[str, Any] | None = None,
-          timing: bool = False, on_plan: Callable[..., Any] | None = None) -> WanSparseAttention:
+          timing: bool = False, on_plan: Callable[..., Any] | None = None,
+          precision: str = "native") -> WanSparseAttention:
     """Puts the wavealign sparse self-attention processor on every block's attn1 of a WanTransformer3DModel or
     an LTXVideoTransformer3DModel (cross-attention untouched).
 
@@ -596,6 +601,8 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
             plan_reuse; plan_reuse defaults to `refresh`).
         timing: record mask, plan and attention times per call (see WanSparseAttention.step_times).
         on_plan: called as on_plan(layer, step, branch, plan) each time a plan is made.
+        precision: the fused kernel's arithmetic, as in wavealign.sparse_attention: "native" or "int8" (backend
+            "wavealign" only).
 
     Returns the handle; `remove(transformer)` puts the original processors back.
     """
@@ -611,7 +618,7 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
         raise invalid("plan_options", f"must be a dict or None, got {type(plan_options).__name__}")
     block = block_pair(block_size)
     function, method_name = _resolve_method(method, dict(method_options or {}), block)
-    backend_call = _resolve_backend(backend)
+    backend_call = _resolve_backend(backend, check_choice(precision, "precision", "precision"))
     order = check_choice(order, "order", "order")
     skip = check_choice(skip, "skip", "skip")
     refresh = check_int(refresh, "refresh", 1)

@@ -11,7 +11,7 @@ import torch
 from . import _ingest, _profile
 from ._attention import sparse_attention
 from ._plan import Plan, plan as make_plan
-from ._util import host_array
+from ._util import check_choice, host_array
 
 
 def _content_key(block_mask: Any) -> tuple | None:
@@ -59,14 +59,14 @@ class SparseAttention(torch.nn.Module):
 
     Args: block_size, wave_size, order, iterations, seed, skip, gpu, plan_reuse, profile: as in wavealign.plan()
     (the profile is parsed once, here; each plan reads it at the mask's length, see wavealign.plan's `tokens`);
-    scale, traversal, head_order, kernel: as in wavealign.sparse_attention().
+    scale, traversal, head_order, kernel, precision: as in wavealign.sparse_attention().
     """
 
     def __init__(self, *, block_size: int | tuple[int, int] = 128, wave_size: int | None = None,
                  order: str = "wavealign", iterations: int = 10, seed: int = 0, skip: str = "auto",
                  gpu: str = "h200", plan_reuse: float = 1.0, profile: Any = None, scale: float | None = None,
                  traversal: str = "ascending", head_order: str = "sequential", kernel: str = "auto",
-                 cache_size: int = 8) -> None:
+                 precision: str = "native", cache_size: int = 8) -> None:
         super().__init__()
         self.plan_options = dict(block_size=block_size, wave_size=wave_size, order=order, iterations=iterations,
                                  seed=seed, skip=skip, gpu=gpu, plan_reuse=plan_reuse,
@@ -75,6 +75,7 @@ class SparseAttention(torch.nn.Module):
         self.traversal = traversal
         self.head_order = head_order
         self.kernel = kernel
+        self.precision = check_choice(precision, "precision", "precision")
         self.cache_size = max(1, int(cache_size))
         self._plans: OrderedDict[Any, Plan] = OrderedDict()
 
@@ -124,4 +125,4 @@ class SparseAttention(torch.nn.Module):
                 mask_key: Any = None) -> torch.Tensor:
         plan = self.plan_for(block_mask, mask_key, head_dim=int(q.shape[-1]))
         return sparse_attention(q, k, v, plan, scale=self.scale, traversal=self.traversal,
-                                head_order=self.head_order, kernel=self.kernel)
+                                head_order=self.head_order, kernel=self.kernel, precision=self.precision)

@@ -151,18 +151,20 @@ _MASK_RECORD = "<mask record>"  # a check whose flag is a validation record: its
 # ---- sparse_attention -------------------------------------------------------------------------------------------
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_ptr: np.ndarray, col_idx: np.ndarray,
-              schedule: np.ndarray | None, block_size: tuple[int, int],
-              scale: float) -> tuple[np.ndarray, np.ndarray]:
+              schedule: np.ndarray | None, block_size: tuple[int, int], scale: float,
+              precision: str = "native") -> tuple[np.ndarray, np.ndarray]:
     """CPU reference on [B, H, L, d] host arrays: (O float32 [B, H, L, d], LSE float32 [B, H, L]).
 
-    row_ptr covers mask_heads*MB rows (mask_heads = H or B*H); schedule: int32 [B*H*MB, 2] (head = b*H + h) or
-    None. The C++ reference checks the CSR and the schedule.
+    row_ptr covers mask_heads*MB rows (mask_heads = H, B*H or 1); schedule: int32 [B*H*MB, 2] (head = b*H + h)
+    or None. precision "native": the float32 reference; "int8": the 8-bit kernel's emulation (the host quantizer,
+    then integer Q K^T and the FP8 roundings of P and V). The C++ references check the CSR and the schedule.
     """
     q32, k32, v32 = (np.ascontiguousarray(x, dtype=np.float32) for x in (q, k, v))
     o = np.empty(q32.shape, np.float32)
     lse = np.empty(q32.shape[:-1], np.float32)
-    _core.reference_attention(q32, k32, v32, o, lse, row_ptr, col_idx, block_size[0], block_size[1], scale,
-                              None if schedule is None else np.ascontiguousarray(schedule, dtype=np.int32))
+    run = _core.reference_attention_8bit if precision == "int8" else _core.reference_attention
+    run(q32, k32, v32, o, lse, row_ptr, col_idx, block_size[0], block_size[1], scale,
+        None if schedule is None else np.ascontiguousarray(schedule, dtype=np.int32))
     return o, lse
 
 
@@ -253,9 +255,9 @@ def _check_attention_inputs(torch: Any, q: Any, k: Any, v: Any, row_ptr: Any, co
 
 
 def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
-                  q_block: int, kv_block: int, scale: float) -> tuple[Any, Any]:
-    """CPU torch tensors through the float32 reference; O has q's dtype. A nonzero mask_error gives NaN, as the
-    kernel does."""
+                  q_block: int, kv_block: int, scale: float, precision: str) -> tuple[Any, Any]:
+    """CPU torch tensors through the float32 reference (or, for precision "int8", the 8-bit kernel's emulation);
+    O has q's dtype. A nonzero mask_error gives NaN, as the kernel does."""
     import torch
 
     mask_heads, _, _ = _check_attention_inputs(torch, q, k, v, row_ptr, col_idx, schedule, mask_error, q_block,
@@ -264,7 +266,8 @@ def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: 
     if mask_error is not None and int(mask_error[0]) != 0:
         return o.fill_(float("nan")), lse.fill_(float("nan"))
     arrays = [x.detach().to(torch.float32).contiguous().numpy() for x in (q, k, v)]
-    o32, lse32 = reference(*arrays, row_ptr.numpy(), col_idx.numpy(), schedule.numpy(), (q_block, kv_block), scale)
+    o32, lse32 = reference(*arrays, row_ptr.numpy(), col_idx.numpy(), schedule.numpy(), (q_block, kv_block), scale,
+                           precision)
     o.copy_(torch.from_numpy(o32))
     lse.copy_(torch.from_numpy(lse32))
     return o, lse
@@ -272,18 +275,19 @@ def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: 
 
 @functools.lru_cache(maxsize=64)
 def _supported(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: int, element: str, kernel: str,
-               device: int) -> tuple[bool, str, str]:
-    return _core.cuda_query_support(heads, tokens, head_dim, q_block, kv_block, element, kernel, device)
+               device: int, precision: str) -> tuple[bool, str, str]:
+    return _core.cuda_query_support(heads, tokens, head_dim, q_block, kv_block, element, kernel, device, precision)
 
 
 @functools.lru_cache(maxsize=64)
 def _workspace_bytes(heads: int, tokens: int, head_dim: int, q_block: int, kv_block: int, element: str,
-                     kernel: str) -> int:
-    return _core.cuda_workspace_bytes(heads, tokens, head_dim, q_block, kv_block, element, kernel)
+                     kernel: str, precision: str, batch: int) -> int:
+    return _core.cuda_workspace_bytes(heads, tokens, head_dim, q_block, kv_block, element, kernel, precision, batch)
 
 
 def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
-                   q_block: int, kv_block: int, scale: float, traversal: str, kernel: str) -> tuple[Any, Any]:
+                   q_block: int, kv_block: int, scale: float, traversal: str, kernel: str,
+                   precision: str) -> tuple[Any, Any]:
     """The fused kernel: the whole batch in one launch, on the current torch stream of q's device."""
     import torch
 
@@ -299,11 +303,11 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     batch, heads, length, head_dim = q.shape
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    supported, reason, _ = _supported(heads, length, head_dim, q_block, kv_block, element, kernel, device)
+    supported, reason, _ = _supported(heads, length, head_dim, q_block, kv_block, element, kernel, device, precision)
     if not supported:
         raise RuntimeError(f"the wavealign CUDA kernel cannot run this call: {reason}")
-    workspace = torch.empty(_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel),
-                            dtype=torch.uint8, device=q.device)
+    workspace = torch.empty(_workspace_bytes(heads, length, head_dim, q_block, kv_block, element, kernel, precision,
+                                             batch), dtype=torch.uint8, device=q.device)
     # A stride of a size-1 dimension is never stepped over: 0 lets the kernel take its default.
     batch_strides = tuple(x.stride(0) if batch > 1 else 0 for x in (q, k, v, o))
     with torch.cuda.device(q.device):
@@ -313,7 +317,7 @@ def attention_cuda(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule:
             col_idx.data_ptr(), schedule.data_ptr(), 0 if mask_error is None else mask_error.data_ptr(),
             workspace.data_ptr(), stream, batch, heads, mask_heads, length, head_dim, q_block, kv_block, element,
             scale, q.stride(1) if heads > 1 else 0, q.stride(2) if length > 1 else 0, batch_strides, traversal,
-            kernel)
+            kernel, precision)
     return o, lse
 
 
@@ -446,20 +450,22 @@ def _register() -> None:
     @torch.library.custom_op("wavealign::sparse_attention", mutates_args=(),
                              schema="(Tensor q, Tensor k, Tensor v, Tensor row_ptr, Tensor col_idx, "
                                     "Tensor schedule, Tensor? mask_error, int q_block, int kv_block, float scale, "
-                                    "str traversal, str kernel) -> (Tensor, Tensor)")
+                                    "str traversal, str kernel, str precision=\"native\") -> (Tensor, Tensor)")
     def sparse_attention(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal,
-                         kernel):
+                         kernel, precision="native"):
         check_choice(traversal, "traversal", "traversal")
         check_choice(kernel, "kernel", "kernel")
+        check_choice(precision, "precision", "precision")
         if q.device.type == "cuda":
             return attention_cuda(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale,
-                                  traversal, kernel)
+                                  traversal, kernel, precision)
         if q.device.type != "cpu":
             raise invalid("q", f"is on {q.device}, which is not supported (cpu or cuda)")
-        return attention_cpu(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale)
+        return attention_cpu(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, precision)
 
     @sparse_attention.register_fake
-    def _(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal, kernel):
+    def _(q, k, v, row_ptr, col_idx, schedule, mask_error, q_block, kv_block, scale, traversal, kernel,
+          precision="native"):
         q_blocks = blocks_for(int(q.shape[2]), q_block)
         o, lse, _ = output_like(q, k, v, q_block, kv_block, max(1, int(row_ptr.numel() - 1) // int(q_blocks)), scale)
         return o, lse

@@ -1,5 +1,6 @@
 // An attention call's layout with its defaults resolved: the one reading of SparseAttentionArgs' strides,
-// shared by check_arguments (the core library) and the CUDA dispatch that fills the kernels' parameters.
+// shared by check_arguments (the core library) and the CUDA dispatch that fills the kernels' parameters; and
+// the copy of an attention call's inputs to and from the 8-bit quantizers' arguments.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +20,27 @@ struct AttentionLayout {
 };
 
 AttentionLayout resolve_layout(const SparseAttentionArgs& args);
+
+/// A `To` with the input fields of `from` (SparseAttentionArgs or QuantizeArgs, either way): q, k, v, the
+/// shapes, the element type, the scale and the input strides; every other field of `To` keeps its default.
+template <class To, class From>
+To with_inputs_of(const From& from) {
+  To to;
+  to.q = from.q;
+  to.k = from.k;
+  to.v = from.v;
+  to.batch = from.batch;
+  to.heads = from.heads;
+  to.tokens = from.tokens;
+  to.head_dim = from.head_dim;
+  to.element_type = from.element_type;
+  to.scale = from.scale;
+  to.head_stride = from.head_stride;
+  to.token_stride = from.token_stride;
+  to.q_batch_stride = from.q_batch_stride;
+  to.k_batch_stride = from.k_batch_stride;
+  to.v_batch_stride = from.v_batch_stride;
+  return to;
+}
 
 }  // namespace wavealign::cuda::detail

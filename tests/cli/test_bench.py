@@ -50,7 +50,7 @@ def test_bench_takes_an_order_and_a_mask_file(cli, tmp_path):
 
 @pytest.mark.parametrize("flag,value", [("--iters", "0"), ("--warmup-ms", "nan"), ("--warmup-ms", "-1"),
                                         ("--head-dim", "96"), ("--l2", "hot"), ("--peers", "some"),
-                                        ("--order", "sideways")])
+                                        ("--order", "sideways"), ("--precision", "fp8")])
 def test_bench_refuses_bad_flags_naming_them(cli, flag, value):
     result = cli("bench", *SMALL, flag, value, check=False)
     assert result.returncode == 2 and flag in result.stderr, result.stderr
@@ -94,3 +94,18 @@ def test_bench_quotes_the_simulated_speedup_of_its_table(cli, tmp_path):
     text = cli("bench", "--mask", tmp_path / "mask.npy").stdout.splitlines()
     cell = next(line for line in text if line.startswith("wavealign-kernel") and " wavealign " in line).split()[-1]
     assert f"the simulator's: {cell}" in text[-1] and "by the skip profile (NVIDIA H200" in text[-1]
+
+
+def test_bench_int8_adds_the_8bit_rows_beside_the_bf16_ones(cli):
+    out = json.loads(cli("bench", *SMALL, "--precision", "int8", "--json").stdout)
+    kernel = [row["order"] for row in out["results"] if row["impl"] == "wavealign-kernel"]
+    int8 = [row for row in out["results"] if row["impl"] == "wavealign-int8"]
+    assert [row["order"] for row in int8] == kernel  # the same orders, each row measured or null
+    for row in int8:
+        assert row["predicted_ms"] is None  # the simulator models the bf16 kernel only
+        if out["device"] is None:
+            assert row["ms"] is None
+        else:
+            assert row["ms"] > 0 and row["tflops"] > 0
+    text = cli("bench", *SMALL, "--precision", "int8").stdout
+    assert any(line.startswith("wavealign-int8") for line in text.splitlines())

@@ -204,7 +204,8 @@ constexpr uint8_t kPoisonByte = 0xFF;
 /// Device copy of a problem; runs the kernel under any schedule / traversal / path.
 class GpuProblem {
  public:
-  explicit GpuProblem(const Problem& problem) : problem_(problem) {
+  explicit GpuProblem(const Problem& problem, Precision precision = Precision::kNative)
+      : problem_(problem), precision_(precision) {
     q_ = upload(padded(problem.q, kQ));
     k_ = upload(padded(problem.k, kK));
     v_ = upload(padded(problem.v, kV));
@@ -244,6 +245,7 @@ class GpuProblem {
     a.schedule = schedule;
     a.traversal = traversal;
     a.path = path;
+    a.precision = precision_;
     return a;
   }
 
@@ -339,6 +341,7 @@ class GpuProblem {
   }
 
   Problem problem_;
+  Precision precision_ = Precision::kNative;
   DeviceBuffer q_, k_, v_, o_, lse_, row_ptr_, col_idx_, workspace_;
   uint8_t poison_ = kPoisonByte;
 };

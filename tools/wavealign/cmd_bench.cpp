@@ -57,6 +57,7 @@ struct BenchOptions {
   std::string l2 = "cold";
   std::string peers = "auto";
   std::string python = "python3";
+  std::string precision = "native";  // int8: the 8-bit kernel's rows (quantization included) beside the bf16 ones
   bool json = false;
 };
 
@@ -194,7 +195,7 @@ T* device_copy(const std::vector<T>& host) {
 // kernels have run `warmup_ms` (the GPU's steady, power-capped clock), with L2 flushed before each launch when
 // cold. Returns the milliseconds of each schedule.
 std::vector<double> time_kernel(const BenchOptions& options, const Workload& workload,
-                                const std::vector<Schedule>& schedules) {
+                                const std::vector<Schedule>& schedules, cuda::Precision precision) {
   const BlockMask& mask = workload.mask;
   const CsrMask csr = mask.to_csr();
   const size_t elements = size_t(mask.heads()) * size_t(workload.tokens) * size_t(options.head_dim);
@@ -220,8 +221,10 @@ std::vector<double> time_kernel(const BenchOptions& options, const Workload& wor
   args.element_type = cuda::ElementType::kBf16;
   args.row_ptr = upload(device_copy(csr.row_ptr));
   args.col_idx = upload(device_copy(csr.col_idx));
+  args.precision = precision;
   const cuda::Support support = cuda::query_support(args);
-  WA_CHECK_ARG(support.supported, "--head-dim", "the fused kernel cannot run this workload here: ", support.reason);
+  WA_CHECK_ARG(support.supported, precision == cuda::Precision::kInt8 ? "--precision" : "--head-dim",
+               "the fused kernel cannot run this workload here: ", support.reason);
   void* workspace = nullptr;
   check_cuda(cudaMalloc(&workspace, cuda::workspace_bytes(args)), "cudaMalloc");
   upload(workspace);
@@ -341,7 +344,8 @@ int run_bench(const BenchOptions& options) {
 
   std::string device_reason;
   std::string device_name;
-  std::vector<double> measured(orders.size(), -1);
+  std::vector<double> measured(orders.size(), -1), measured_int8;
+  const bool int8 = options.precision == "int8";
 #if defined(WAVEALIGN_HAS_CUDA)
   if (const auto properties = local_gpu(&device_reason)) {
     device_name = std::string(properties->name) + " (" + std::to_string(properties->multiProcessorCount) + " SMs)";
@@ -361,7 +365,12 @@ int run_bench(const BenchOptions& options) {
       schedules.push_back(make_schedule(plan, HeadOrder::kSequential));
     }
     progress.stage("timing the fused kernel in " + std::to_string(schedules.size()) + " order(s)");
-    measured = time_kernel(options, workload, schedules);
+    measured = time_kernel(options, workload, schedules, cuda::Precision::kNative);
+    if (int8) {
+      progress.stage("timing the 8-bit kernel (quantization included) in " + std::to_string(schedules.size()) +
+                     " order(s)");
+      measured_int8 = time_kernel(options, workload, schedules, cuda::Precision::kInt8);
+    }
   }
 #else
   device_reason = "this wavealign was built without its CUDA kernels (nvcc was not found)";
@@ -371,6 +380,10 @@ int run_bench(const BenchOptions& options) {
   for (size_t k = 0; k < orders.size(); ++k)
     rows.push_back({"wavealign-kernel", orders[k].first, measured[k], measured[k] < 0 ? -1 : flops / measured[k] / 1e9,
                     prediction.predicted_ms(orders[k].first)});
+  if (int8 && measured_int8.empty()) measured_int8.assign(orders.size(), -1);
+  for (size_t k = 0; k < measured_int8.size(); ++k)
+    rows.push_back({"wavealign-int8", orders[k].first, measured_int8[k],
+                    measured_int8[k] < 0 ? -1 : flops / measured_int8[k] / 1e9, -1});
 
   std::vector<nlohmann::json> peers;
   std::string peer_note;
@@ -434,8 +447,8 @@ int run_bench(const BenchOptions& options) {
     std::printf("device: none: %s; the simulator's prediction only (--gpu %s model)\n", device_reason.c_str(),
                 options.gpu.c_str());
   else
-    std::printf("device: %s; bf16, head_dim %d, %s L2, %.0f ms of warm-up, median of %d\n", device_name.c_str(),
-                options.head_dim, options.l2.c_str(), options.warmup_ms, options.iters);
+    std::printf("device: %s; bf16%s, head_dim %d, %s L2, %.0f ms of warm-up, median of %d\n", device_name.c_str(),
+                int8 ? " inputs (wavealign-int8: INT8 Q K^T, FP8 P V, quantization included)" : "", options.head_dim, options.l2.c_str(), options.warmup_ms, options.iters);
   std::printf("order: %s (%s)\n\n", order.c_str(),
               options.order.empty() ? "recommended by wavealign simulate" : "--order");
   std::printf("%-20s %-10s %10s %8s %12s %14s %16s\n", "impl", "order", "ms", "TF/s", "vs original", "simulated ms",
@@ -500,6 +513,11 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "none"}));
   command->add_option("--python", options->python, "interpreter of python3 -m wavealign.bench")
       ->capture_default_str();
+  command->add_option("--precision", options->precision,
+                      "native (the bf16 kernel) or int8 (also the 8-bit kernel, INT8 Q K^T and FP8 P V, its "
+                      "quantization of Q, K, V included in the time)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"native", "int8"}));
   command->add_flag("--json", options->json, "print one JSON object");
   return [options] { return run_bench(*options); };
 }

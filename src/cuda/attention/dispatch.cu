@@ -1,5 +1,5 @@
-// The one dispatch point of the attention kernels: (dtype x head_dim x block x architecture) -> compiled
-// instantiation. query_support() and sparse_attention() both go through select_kernel(), so "can this run"
+// The one dispatch point of the attention kernels: (precision x dtype x head_dim x block x architecture) ->
+// compiled instantiation. query_support() and sparse_attention() both go through select_kernel(), so "can this run"
 // and "what runs" cannot disagree. Host code only; the kernels live in the instantiation TUs.
 #include <cuda_runtime.h>
 
@@ -15,6 +15,7 @@
 #include "cuda/attention/launch.h"
 #include "wavealign/attention.h"
 #include "wavealign/error.h"
+#include "wavealign/quantize.h"
 
 namespace wavealign::cuda {
 namespace {
@@ -26,31 +27,47 @@ using detail::LaunchFn;
 // The workspace: one 32-bit ticket counter, padded to an alignment every allocator gives.
 constexpr size_t kTicketBytes = 16;
 
+using LaunchInt8Fn = void (*)(const AttentionParams& params, const detail::QuantizedOperands& quant, Stream stream);
+
 struct KernelEntry {
   KernelPath family;  // kSm90 or kSm80
-  ElementType element;
+  Precision precision;
+  ElementType element;  // of q, k, v and O
   int head_dim;
   int block;  // square blocks: q_block == kv_block
-  LaunchFn launch;
+  LaunchFn launch;            // Precision::kNative
+  LaunchInt8Fn launch_int8;   // Precision::kInt8
 };
 
 template <KernelPath kFamily, ElementType kElement, int kHeadDim, int kBlock>
 constexpr KernelEntry kernel_entry() {
   if constexpr (kFamily == KernelPath::kSm90)
-    return {kFamily, kElement, kHeadDim, kBlock, &detail::launch_fwd_sm90<kElement, kHeadDim, kBlock, kBlock>};
+    return {kFamily, Precision::kNative, kElement, kHeadDim, kBlock,
+            &detail::launch_fwd_sm90<kElement, kHeadDim, kBlock, kBlock>, nullptr};
   else
-    return {kFamily, kElement, kHeadDim, kBlock, &detail::launch_fwd_sm80<kElement, kHeadDim, kBlock, kBlock>};
+    return {kFamily, Precision::kNative, kElement, kHeadDim, kBlock,
+            &detail::launch_fwd_sm80<kElement, kHeadDim, kBlock, kBlock>, nullptr};
+}
+
+template <ElementType kElement, int kHeadDim, int kBlock>
+constexpr KernelEntry int8_kernel_entry() {
+  return {KernelPath::kSm90, Precision::kInt8, kElement, kHeadDim, kBlock, nullptr,
+          &detail::launch_fwd_sm90_int8<kElement>};
 }
 
 #define WA_KERNEL_ENTRY(family, element, head_dim, block) \
   kernel_entry<KernelPath::family, ElementType::element, head_dim, block>(),
+#define WA_INT8_KERNEL_ENTRY(family, element, head_dim, block) \
+  int8_kernel_entry<ElementType::element, head_dim, block>(),
 
 const KernelEntry kKernels[] = {
 #if defined(WAVEALIGN_HAS_SM90_KERNELS)
     WA_SM90_KERNELS(WA_KERNEL_ENTRY)
+    WA_SM90_INT8_KERNELS(WA_INT8_KERNEL_ENTRY)
 #endif
     WA_SM80_KERNELS(WA_KERNEL_ENTRY)};
 
+#undef WA_INT8_KERNEL_ENTRY
 #undef WA_KERNEL_ENTRY
 
 constexpr bool kHaveSm90Kernels =
@@ -60,11 +77,15 @@ constexpr bool kHaveSm90Kernels =
     false;
 #endif
 
-/// The kernel's name as query_support reports it, e.g. sm90_tma_wgmma_ws_bf16_d128_b128x128.
+/// The kernel's name as query_support reports it, e.g. sm90_tma_wgmma_ws_bf16_d128_b128x128 or, for the 8-bit
+/// kernel, sm90_int8_fp8_ws_bf16_d128_b128x128 (O in bf16).
 std::string kernel_name(const KernelEntry& entry) {
   const std::string block = std::to_string(entry.block);
-  return std::string(entry.family == KernelPath::kSm90 ? "sm90_tma_wgmma_ws_" : "sm80_mma_cp_async_") +
-         std::string(to_string(entry.element)) + "_d" + std::to_string(entry.head_dim) + "_b" + block + "x" + block;
+  const char* family = entry.precision == Precision::kInt8 ? "sm90_int8_fp8_ws_"
+                       : entry.family == KernelPath::kSm90 ? "sm90_tma_wgmma_ws_"
+                                                           : "sm80_mma_cp_async_";
+  return std::string(family) + std::string(to_string(entry.element)) + "_d" + std::to_string(entry.head_dim) + "_b" +
+         block + "x" + block;
 }
 
 /// "a, b, ..." of the distinct values `field` takes over the compiled kernels, in list order.
@@ -84,9 +105,10 @@ bool compiled(auto matches) {
   return std::any_of(std::begin(kKernels), std::end(kKernels), matches);
 }
 
-const KernelEntry* find_entry(KernelPath family, ElementType element, int head_dim, int block) {
+const KernelEntry* find_entry(KernelPath family, Precision precision, ElementType element, int head_dim, int block) {
   for (const KernelEntry& entry : kKernels)
-    if (entry.family == family && entry.element == element && entry.head_dim == head_dim && entry.block == block)
+    if (entry.family == family && entry.precision == precision && entry.element == element &&
+        entry.head_dim == head_dim && entry.block == block)
       return &entry;
   return nullptr;
 }
@@ -158,6 +180,19 @@ Selection select_kernel(const SparseAttentionArgs& args, int device) {
                        "block");
   if (args.path != KernelPath::kAuto && args.path != KernelPath::kSm90 && args.path != KernelPath::kSm80)
     return unsupported("path " + std::to_string(int(args.path)) + " is not a kernel path", "path");
+  if (args.precision == Precision::kInt8) {
+    // The 8-bit kernel's shapes, before the device: what a build or a device cannot change.
+    if (args.head_dim != kQuantizedHeadDim || block != kQuantizedKvBlock || args.block.q_block != args.block.kv_block)
+      return unsupported("precision int8 runs head_dim 128 with 128x128 blocks, got head_dim " +
+                             std::to_string(args.head_dim) + " and blocks " + std::to_string(args.block.q_block) +
+                             "x" + std::to_string(args.block.kv_block),
+                         args.head_dim != kQuantizedHeadDim ? "head_dim" : "block");
+    if (args.path == KernelPath::kSm80)
+      return unsupported("precision int8 has no sm80 kernel (its GEMMs are sm_90a wgmma); use path auto or sm90",
+                         "path");
+    if (!kHaveSm90Kernels)
+      return unsupported("precision int8: this build has no sm_90a kernels (CUTLASS headers or 90a missing)");
+  }
 
   const DeviceTable& table = device_table();
   if (!table.reason.empty()) return unsupported("no CUDA device: " + table.reason);
@@ -181,7 +216,13 @@ Selection select_kernel(const SparseAttentionArgs& args, int device) {
   } else if (args.path == KernelPath::kAuto && is_sm90 && kHaveSm90Kernels) {
     family = KernelPath::kSm90;
   }
-  const KernelEntry* entry = find_entry(family, args.element_type, args.head_dim, block);
+  if (args.precision == Precision::kInt8) {
+    if (!is_sm90)
+      return unsupported("precision int8 needs an sm_90 device (INT8 and FP8 wgmma); device " +
+                         std::to_string(device) + " is " + arch);
+    family = KernelPath::kSm90;
+  }
+  const KernelEntry* entry = find_entry(family, args.precision, args.element_type, args.head_dim, block);
   if (entry == nullptr) return unsupported("no kernel compiled for this configuration");
   return {entry, ""};
 }
@@ -201,8 +242,28 @@ void validate(const SparseAttentionArgs& args, const void* workspace) {
   WA_CHECK_ARG(workspace != nullptr, "workspace", "is null (allocate workspace_bytes(args))");
 }
 
-/// The kernel's parameters from a validated call, the ticket reset on the stream, then the launch.
-void launch_validated(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch) {
+/// The workspace of an 8-bit call: the ticket, then the quantized operands' buffer, then the quantizers'
+/// scratch, each 256-byte aligned.
+struct Int8Workspace {
+  QuantizedLayout layout;
+  size_t buffer = 0;   // offset of the quantized buffer
+  size_t scratch = 0;  // offset of quantize_qkv's scratch
+  size_t bytes = 0;
+};
+
+Int8Workspace int8_workspace(const SparseAttentionArgs& args) {
+  constexpr size_t kAlignment = kQuantizedAlignment;
+  auto aligned = [](size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; };
+  Int8Workspace workspace;
+  workspace.layout = quantized_layout(args.batch, args.heads, args.tokens, args.head_dim);
+  workspace.buffer = aligned(kTicketBytes);
+  workspace.scratch = workspace.buffer + aligned(workspace.layout.bytes);
+  workspace.bytes = workspace.scratch + workspace.layout.workspace_bytes;
+  return workspace;
+}
+
+/// The kernel's parameters from a validated call.
+AttentionParams params_of(const SparseAttentionArgs& args, void* workspace) {
   const AttentionLayout layout = detail::resolve_layout(args);
   AttentionParams params;
   params.q = args.q;
@@ -230,12 +291,40 @@ void launch_validated(const SparseAttentionArgs& args, void* workspace, Stream s
   static_assert(sizeof(ScheduleItem) == 2 * sizeof(int32_t), "schedule is read as int32 pairs");
   params.schedule = reinterpret_cast<const int32_t*>(args.schedule);
   params.mask_error = args.mask_error;
-  params.ticket = static_cast<unsigned int*>(workspace);
+  params.ticket = static_cast<unsigned int*>(workspace);  // the workspace's first bytes, for every precision
   params.dense = args.dense;
   params.sawtooth = args.traversal == Traversal::kSawtooth;
+  return params;
+}
 
+/// The ticket reset on the stream, then the launch of a validated call.
+void launch_validated(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch) {
+  const AttentionParams params = params_of(args, workspace);
   WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, sizeof(unsigned int), stream));
   launch(params, stream);
+}
+
+/// An 8-bit call: q, k, v quantized into the workspace (`quantize`), then the ticket reset and the 8-bit kernel
+/// (`attend`), all on `stream`.
+void launch_int8_validated(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchInt8Fn launch,
+                           bool quantize = true, bool attend = true) {
+  const Int8Workspace layout = int8_workspace(args);
+  char* base = static_cast<char*>(workspace);
+  if (quantize) quantize_qkv(quantize_args(args), base + layout.buffer, base + layout.scratch, stream);
+  if (!attend) return;
+  const QuantizedTensors tensors = quantized_tensors(layout.layout, base + layout.buffer);
+  detail::QuantizedOperands quant;
+  quant.q8 = tensors.q8;
+  quant.q_scale = tensors.q_scale;
+  quant.lse_shift = tensors.lse_shift;
+  quant.k8 = tensors.k8;
+  quant.k_scale = tensors.k_scale;
+  quant.v8 = tensors.v8;
+  quant.v_scale = tensors.v_scale;
+  quant.padded_tokens = layout.layout.padded_tokens;
+  const AttentionParams params = params_of(args, workspace);
+  WA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, sizeof(unsigned int), stream));
+  launch(params, quant, stream);
 }
 
 }  // namespace
@@ -263,7 +352,8 @@ Implementation can_implement(const SparseAttentionArgs& args, int device) {
   return answer;
 }
 
-size_t workspace_bytes(const SparseAttentionArgs&) {
+size_t workspace_bytes(const SparseAttentionArgs& args) {
+  if (args.precision == Precision::kInt8) return int8_workspace(args).bytes;
   return kTicketBytes;
 }
 
@@ -271,7 +361,20 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   validate(args, workspace);
   const Selection selection = select_kernel(args, -1);
   WA_CHECK(selection.entry != nullptr, "sparse_attention: unsupported configuration: ", selection.reason);
-  launch_validated(args, workspace, stream, selection.entry->launch);
+  if (selection.entry->precision == Precision::kInt8) {
+    launch_int8_validated(args, workspace, stream, selection.entry->launch_int8);
+  } else {
+    launch_validated(args, workspace, stream, selection.entry->launch);
+  }
+}
+
+void detail::sparse_attention_int8_parts(const SparseAttentionArgs& args, void* workspace, Stream stream,
+                                         bool quantize, bool attend) {
+  validate(args, workspace);
+  const Selection selection = select_kernel(args, -1);
+  WA_CHECK(selection.entry != nullptr && selection.entry->precision == Precision::kInt8,
+           "sparse_attention_int8_parts: not an 8-bit call here: ", selection.reason);
+  launch_int8_validated(args, workspace, stream, selection.entry->launch_int8, quantize, attend);
 }
 
 void detail::sparse_attention_with(const SparseAttentionArgs& args, void* workspace, Stream stream, LaunchFn launch) {

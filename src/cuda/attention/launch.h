@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/attention/params.h"
+#include "cuda/attention/quantized_operands.h"
 #include "cuda/attention/sm90/tuning.cuh"
 
 namespace wavealign::cuda::detail {
@@ -17,6 +18,17 @@ void launch_fwd_sm80(const AttentionParams& params, Stream stream);
 template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN,
           class Tuning = sm90::DefaultTuning<kElement, kHeadDim, kBlockM, kBlockN>>
 void launch_fwd_sm90(const AttentionParams& params, Stream stream);
+
+/// The 8-bit Hopper kernel (Precision::kInt8): INT8 Q K^T, FP8 P V over the quantizers' operands; d = 128,
+/// 128 x 128 blocks, O in kOutput (sm_90a only).
+template <ElementType kOutput>
+void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands& quant, Stream stream);
+
+/// The two parts of a Precision::kInt8 call, for a benchmark that times them apart: `quantize` writes the
+/// quantized q, k, v into the workspace, `attend` runs the 8-bit kernel on what the workspace holds (from an
+/// earlier call with the same q, k, v when `quantize` is false). Both true is sparse_attention.
+void sparse_attention_int8_parts(const SparseAttentionArgs& args, void* workspace, Stream stream, bool quantize,
+                                 bool attend);
 
 /// sparse_attention with `launch` in place of the kernel it selects, after the same checks and with the same
 /// parameters, so a benchmark times a variant of the tuning table through the library's own call path. `launch`

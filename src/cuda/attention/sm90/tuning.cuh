@@ -55,6 +55,16 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
           .kv_load_order = KvLoadOrder::kKThenV, .uniform_trip_count = true};
 }
 
+/// The 8-bit kernel (INT8 Q K^T, FP8 P V; 128 x 128 blocks, d = 128, 384 threads, 1 CTA per SM). Its tiles are
+/// half the bf16 kernel's bytes (16 KB each: 80 KB of shared memory at 2 stages).
+/// - 2 K/V stages and K ahead where rows skip: the bf16 kernel's choices at the same tile shape, for the same
+///   reason (the CTAs of a head walk K/V in near-lockstep through L2; docs/kernel-8bit.md).
+/// - 40 / 232 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16).
+constexpr Tuning int8_tuning() {
+  return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 40, .consumer_registers = 232,
+          .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};
+}
+
 /// The table's entry as a type, the default Tuning parameter of KernelTraits.
 template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN>
 struct DefaultTuning {

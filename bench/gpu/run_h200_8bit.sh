@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The 8-bit kernel's benchmark on the H200, in one pass from prebuilt binaries: the bf16 kernel and the 8-bit
+# kernel (whole call, quantization alone, kernel alone) on the same masks, Wan2.1-14B at 401 frames (363,600
+# tokens), video rho 0.28 and random rho 0.20, original and WaveAlign order, 4 and 40 heads, and dense; Nsight
+# Compute L2 hit rate and DRAM bytes of both kernels in both orders; the accuracy table
+# (bench/gpu/accuracy_8bit.py). bench/gpu/collect_8bit.py turns LOG_DIR into bench/results/h200-8bit.json.
+#
+#   bench/gpu/run_h200_8bit.sh BUILD_DIR PY_BUILD_DIR LOG_DIR [speed|heads40|ncu|accuracy|all, or a list]
+set -u
+build=${1:-build}
+py_build=${2:-build}
+logs=${3:-device-logs}
+what=${4:-all}
+bench=$build/bench/wa_bench_attention
+mkdir -p "$logs"
+runs() { [ "$what" = all ] || [[ ",$what," == *",$1,"* ]]; }
+density_of() { [ "$1" = video ] && echo 0.28 || echo 0.20; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
+  | tee "$logs/gpu.txt"
+
+# 2 s of warm-up kernels before every timing: the H200 settles at its 700 W power cap after ~100-300 ms of
+# boost clocks (run_h200_attention.sh), and every figure is taken in that steady state. Cold L2 throughout.
+common=(--model wan2.1-14b --frames 401 --cold-l2 --warmup 1 --warmup-ms 2000 --json)
+if runs speed; then
+  for mask in video random; do
+    for order in original wavealign; do
+      for precision in native int8; do
+        timeout 150 "$bench" "${common[@]}" --heads 4 --mask "$mask" --density "$(density_of $mask)" \
+          --order "$order" --precision "$precision" --iters 5 >>"$logs/speed.jsonl" 2>>"$logs/errors.txt"
+      done
+    done
+  done
+  for precision in native int8; do
+    timeout 150 "$bench" "${common[@]}" --heads 4 --dense --precision "$precision" --iters 3 \
+      >>"$logs/speed.jsonl" 2>>"$logs/errors.txt"
+  done
+  echo "speed rows: $(wc -l <"$logs/speed.jsonl")"
+fi
+
+if runs heads40; then
+  for mask in video random; do
+    for precision in native int8; do
+      timeout 200 "$bench" "${common[@]}" --heads 40 --mask "$mask" --density "$(density_of $mask)" \
+        --order wavealign --precision "$precision" --iters 3 >>"$logs/speed.jsonl" 2>>"$logs/errors.txt"
+    done
+  done
+  echo "speed rows with 40 heads: $(wc -l <"$logs/speed.jsonl")"
+fi
+
+if runs ncu; then
+  # One profiled launch of the attention kernel per case (the 8-bit call's quantizers are not profiled).
+  metrics=lts__t_sector_hit_rate.pct,lts__t_sector_op_read_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum
+  for mask in video random; do
+    for order in original wavealign; do
+      for precision in native int8; do
+        echo "# case mask=$mask order=$order precision=$precision" >>"$logs/ncu.csv"
+        timeout 120 ncu --clock-control none --cache-control all -k regex:fwd_kernel --launch-count 1 \
+          --metrics "$metrics" --csv "$bench" --model wan2.1-14b --frames 401 --heads 4 --mask "$mask" \
+          --density "$(density_of $mask)" --order "$order" --precision "$precision" --warmup 0 --iters 1 \
+          --json >>"$logs/ncu.csv" 2>>"$logs/errors.txt"
+      done
+    done
+  done
+  echo "ncu rows: $(grep -c lts__t_sector_hit_rate "$logs/ncu.csv")"
+fi
+
+if runs accuracy; then
+  PYTHONPATH="$py_build/python${PYTHONPATH:+:$PYTHONPATH}" timeout 400 python3 bench/gpu/accuracy_8bit.py \
+    --out "$logs/accuracy.json" 2>>"$logs/errors.txt"
+  echo "accuracy rc=$?"
+fi
+tail -n 5 "$logs/errors.txt" 2>/dev/null
