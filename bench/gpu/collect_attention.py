@@ -51,7 +51,8 @@ def read_ncu(path, key_fields=("frames", "mask", "order")):
                 value = row["Metric Value"].replace(",", "")
                 unit = row.get("Metric Unit", "")
                 scale = {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
-                         "usecond": 1e-3, "msecond": 1.0, "nsecond": 1e-6, "second": 1e3}.get(unit, 1.0)
+                         "usecond": 1e-3, "msecond": 1.0, "nsecond": 1e-6, "second": 1e3, "us": 1e-3, "ms": 1.0,
+                         "ns": 1e-6, "s": 1e3}.get(unit, 1.0)
                 results.setdefault(key, {})[row["Metric Name"]] = float(value) * scale
     if not path.exists():
         return results
