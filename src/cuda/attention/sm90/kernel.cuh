@@ -5,15 +5,13 @@
 #pragma once
 
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
 
 #include <cstdint>
 
-#include "cuda/attention/invalid_mask.cuh"
 #include "cuda/attention/sm90/epilogue.cuh"
 #include "cuda/attention/sm90/kernel_traits.cuh"
 #include "cuda/attention/sm90/mainloop.cuh"
+#include "cuda/attention/sm90/pipeline.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
 #include "cuda/attention/softmax.cuh"
 
@@ -25,7 +23,7 @@ constexpr int kSmemBytes = int(sizeof(SharedStorage<Traits>)) + 1024;  // + slac
 template <class Traits>
 __device__ __forceinline__ void consume(const AttentionParams& p, SharedStorage<Traits>& storage, int tid) {
   using namespace cute;
-  RecordRing ring = storage.record_ring();
+  RecordRing ring = storage.pipe.record_ring();
   StageCounter<Traits::kStages> kv;
   StageCounter<1> q_stage;
   const int lane = tid % 32;
@@ -52,28 +50,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     fwd_kernel_sm90(const __grid_constant__ KernelParams<Traits> params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ char smem_raw[];
-  const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023);
-  SharedStorage<Traits>& storage = *reinterpret_cast<SharedStorage<Traits>*>(base);
-
   static_assert(kSmemBytes<Traits> <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
-  if (threadIdx.x == 0) {
-    storage.init_barriers();
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-  if (mask_is_invalid(params.base)) {
-    write_invalid_mask_outputs<Traits::kBlockM, Traits::kHeadDim>(params.base);
-    return;
-  }
-
-  const int warpgroup = threadIdx.x / 128;
-  if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (threadIdx.x / 32 == 0) Mainloop<Traits>::load(params, storage, threadIdx.x % 32);
-  } else {
-    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    consume<Traits>(params.base, storage, threadIdx.x - 128);
-  }
+  run_warp_specialized<Traits, SharedStorage<Traits>>(
+      smem_raw, params.base,
+      [&](SharedStorage<Traits>& storage, int lane) { Mainloop<Traits>::load(params, storage, lane); },
+      [&](SharedStorage<Traits>& storage, int tid) { consume<Traits>(params.base, storage, tid); });
 #endif
 }
 

@@ -18,6 +18,7 @@
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/sm90/kernel_traits.cuh"
+#include "cuda/attention/sm90/pipeline.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
 #include "cuda/attention/softmax.cuh"
 #include "cuda/attention/work_item.cuh"
@@ -45,35 +46,7 @@ struct SharedStorage {
   // One Q stage: the next item's Q load waits until the consumers' last S GEMM of the current item has
   // released it (a second stage, issued about one KV block earlier, measured within noise: dense 642.9 ->
   // 627.8 and 619.7 -> 632.6 TF/s in two runs).
-  uint64_t q_full;
-  uint64_t q_empty;
-  uint64_t k_full[Traits::kStages];
-  uint64_t k_empty[Traits::kStages];
-  uint64_t v_full[Traits::kStages];
-  uint64_t v_empty[Traits::kStages];
-  uint64_t record_full[kRecordSlots];
-  uint64_t record_empty[kRecordSlots];
-  WorkRecord records[kRecordSlots];
-
-  __device__ void init_barriers() {
-    constexpr int kConsumerWarps = Traits::kConsumerWarps;
-    Barrier::init(&q_full, 1);
-    Barrier::init(&q_empty, kConsumerWarps);
-    for (int s = 0; s < Traits::kStages; ++s) {
-      Barrier::init(&k_full[s], 1);
-      Barrier::init(&k_empty[s], kConsumerWarps);
-      Barrier::init(&v_full[s], 1);
-      Barrier::init(&v_empty[s], kConsumerWarps);
-    }
-    for (int s = 0; s < kRecordSlots; ++s) {
-      Barrier::init(&record_full[s], 1);
-      Barrier::init(&record_empty[s], kConsumerWarps);
-    }
-  }
-
-  __device__ RecordRing record_ring() {
-    return RecordRing{records, record_full, record_empty, {}};
-  }
+  PipelineBarriers<Traits::kStages, Traits::kConsumerWarps> pipe;
 };
 
 template <class Traits>
@@ -102,7 +75,7 @@ struct Mainloop {
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
 
-    RecordRing ring = storage.record_ring();
+    RecordRing ring = storage.pipe.record_ring();
     StageCounter<kStages> kv;
     StageCounter<1> q_stage;
     // Q of a non-empty item. The one Q stage is released by the consumers' last S GEMM of the current item, so
@@ -114,9 +87,9 @@ struct Mainloop {
                              make_coord(work.q_block, _0{}));
       auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       if (lane == 0) {
-        Barrier::wait(&storage.q_empty, q_stage.phase() ^ 1u);
-        TransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
-        copy(params.tma_q.with(storage.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+        Barrier::wait(&storage.pipe.q_empty, q_stage.phase() ^ 1u);
+        TransactionBarrier::arrive_and_expect_tx(&storage.pipe.q_full, Traits::kQBytes);
+        copy(params.tma_q.with(storage.pipe.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
       }
       q_stage.advance();
     };
@@ -143,15 +116,15 @@ struct Mainloop {
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
         auto load_k = [&](int block, const StageCounter<kStages>& at) {
-          Barrier::wait(&storage.k_empty[at.index()], at.phase() ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.k_full[at.index()], Traits::kKVBytes);
-          copy(params.tma_k.with(storage.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
+          Barrier::wait(&storage.pipe.k_empty[at.index()], at.phase() ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.k_full[at.index()], Traits::kKVBytes);
+          copy(params.tma_k.with(storage.pipe.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
                tKsK(_, at.index()));
         };
         auto load_v = [&](int block, const StageCounter<kStages>& at) {
-          Barrier::wait(&storage.v_empty[at.index()], at.phase() ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.v_full[at.index()], Traits::kKVBytes);
-          copy(params.tma_v.with(storage.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
+          Barrier::wait(&storage.pipe.v_empty[at.index()], at.phase() ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.v_full[at.index()], Traits::kKVBytes);
+          copy(params.tma_v.with(storage.pipe.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
                tVsV(_, at.index()));
         };
         // k_ahead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
@@ -201,8 +174,8 @@ struct Mainloop {
     // memory is still in flight when the producer warp retires.
     if (lane == 0) {
       for (int i = 0; i < kStages; ++i) {
-        Barrier::wait(&storage.k_empty[kv.index()], kv.phase() ^ 1u);
-        Barrier::wait(&storage.v_empty[kv.index()], kv.phase() ^ 1u);
+        Barrier::wait(&storage.pipe.k_empty[kv.index()], kv.phase() ^ 1u);
+        Barrier::wait(&storage.pipe.v_empty[kv.index()], kv.phase() ^ 1u);
         kv.advance();
       }
     }
@@ -246,7 +219,7 @@ struct Mainloop {
       for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
     };
 
-    Barrier::wait(&storage.q_full, q_stage.phase());
+    Barrier::wait(&storage.pipe.q_full, q_stage.phase());
     q_stage.advance();
     softmax.reset();
     clear(tOrO);
@@ -254,12 +227,12 @@ struct Mainloop {
     float factor[2];
     {
       const int stage = kv.index();
-      Barrier::wait(&storage.k_full[stage], kv.phase());
+      Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
-      release_stage(&storage.k_empty[stage], lane);
-      if (n == 1) release_stage(&storage.q_empty, lane);
+      release_stage(&storage.pipe.k_empty[stage], lane);
+      if (n == 1) release_stage(&storage.pipe.q_empty, lane);
       if (partial_position == 0) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
       softmax.update<kBlockN, RescaleFactor::kExact>(frag, p.scale_log2, factor);
       convert_p();
@@ -269,22 +242,22 @@ struct Mainloop {
       const uint32_t prev_phase = kv.phase();
       kv.advance();
       const int stage = kv.index();
-      Barrier::wait(&storage.k_full[stage], kv.phase());
+      Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
       gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       // V_{i-1} is waited for after S_i is issued (FA4's order), so the S GEMM starts while V is in flight:
       // -1.1 % (video) and -1.3 % (dense) SM cycles per block against waiting first.
-      Barrier::wait(&storage.v_full[prev_stage], prev_phase);
+      Barrier::wait(&storage.pipe.v_full[prev_stage], prev_phase);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrO);
       warpgroup_wait<1>();  // S_i is ready; the PV GEMM may still run
       warpgroup_fence_operand(tSrS);
-      release_stage(&storage.k_empty[stage], lane);
-      if (position == n - 1) release_stage(&storage.q_empty, lane);
+      release_stage(&storage.pipe.k_empty[stage], lane);
+      if (position == n - 1) release_stage(&storage.pipe.q_empty, lane);
       if (position == partial_position) mask_columns<kBlockN>(frag, valid_in_partial, quad_lane);
       softmax.update<kBlockN, RescaleFactor::kExact>(frag, p.scale_log2, factor);
       warpgroup_wait<0>();  // the PV GEMM has drained: V_{i-1} and the P registers are free
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
-      release_stage(&storage.v_empty[prev_stage], lane);
+      release_stage(&storage.pipe.v_empty[prev_stage], lane);
       // P is converted before the conditional O rescale, which the compiler does not move the 32 conversions
       // across: here they fill the gaps between the last exp2s instead of running as a serial tail after the
       // branch (-1.2 % SM cycles per block). Same bits either way.
@@ -299,11 +272,11 @@ struct Mainloop {
     }
     {
       const int stage = kv.index();
-      Barrier::wait(&storage.v_full[stage], kv.phase());
+      Barrier::wait(&storage.pipe.v_full[stage], kv.phase());
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      release_stage(&storage.v_empty[stage], lane);
+      release_stage(&storage.pipe.v_empty[stage], lane);
       kv.advance();
     }
   }

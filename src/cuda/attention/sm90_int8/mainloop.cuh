@@ -17,6 +17,7 @@
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/quantized_operands.h"
+#include "cuda/attention/sm90/pipeline.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
 #include "cuda/attention/sm90_int8/kernel_traits.cuh"
 #include "cuda/attention/sm90_int8/softmax.cuh"
@@ -31,7 +32,6 @@ using sm90::RecordRing;
 using sm90::StageCounter;
 using sm90::TransactionBarrier;
 using sm90::WorkRecord;
-using sm90::kRecordSlots;
 
 /// Kernel parameters: the call, the quantized operands and the three TMA descriptors (a __grid_constant__, so
 /// the descriptors stay in parameter space, where TMA reads them).
@@ -51,33 +51,7 @@ struct SharedStorage {
   cute::array_aligned<int8_t, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
   cute::array_aligned<typename Traits::Fp8, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
   float k_scale[Traits::kStages];  // the scale of the K block in each stage, written by the producer
-  uint64_t q_full;
-  uint64_t q_empty;
-  uint64_t k_full[Traits::kStages];
-  uint64_t k_empty[Traits::kStages];
-  uint64_t v_full[Traits::kStages];
-  uint64_t v_empty[Traits::kStages];
-  uint64_t record_full[kRecordSlots];
-  uint64_t record_empty[kRecordSlots];
-  WorkRecord records[kRecordSlots];
-
-  __device__ void init_barriers() {
-    constexpr int kConsumerWarps = Traits::kConsumerWarps;
-    Barrier::init(&q_full, 1);
-    Barrier::init(&q_empty, kConsumerWarps);
-    for (int s = 0; s < Traits::kStages; ++s) {
-      Barrier::init(&k_full[s], 1);
-      Barrier::init(&k_empty[s], kConsumerWarps);
-      Barrier::init(&v_full[s], 1);
-      Barrier::init(&v_empty[s], kConsumerWarps);
-    }
-    for (int s = 0; s < kRecordSlots; ++s) {
-      Barrier::init(&record_full[s], 1);
-      Barrier::init(&record_empty[s], kConsumerWarps);
-    }
-  }
-
-  __device__ RecordRing record_ring() { return RecordRing{records, record_full, record_empty, {}}; }
+  sm90::PipelineBarriers<Traits::kStages, Traits::kConsumerWarps> pipe;
 };
 
 /// Writes `value` into the scores of columns at or past `valid_columns` (the keys past the sequence end in the
@@ -118,7 +92,7 @@ struct Mainloop {
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
 
-    RecordRing ring = storage.record_ring();
+    RecordRing ring = storage.pipe.record_ring();
     StageCounter<kStages> kv;
     StageCounter<1> q_stage;
     int ticket = static_cast<int>(blockIdx.x);
@@ -138,9 +112,9 @@ struct Mainloop {
         Tensor gQ = local_tile(mQ(_, _, entry), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(item.q_block, _0{}));
         auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         if (lane == 0) {
-          Barrier::wait(&storage.q_empty, q_stage.phase() ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kTileBytes);
-          copy(params.tma_q.with(storage.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+          Barrier::wait(&storage.pipe.q_empty, q_stage.phase() ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.q_full, Traits::kTileBytes);
+          copy(params.tma_q.with(storage.pipe.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
         }
         q_stage.advance();
 
@@ -153,16 +127,16 @@ struct Mainloop {
         // The block's scale goes into shared memory before the stage's arrive, whose release the consumers'
         // wait acquires.
         auto load_k = [&](int block, float scale, const StageCounter<kStages>& at) {
-          Barrier::wait(&storage.k_empty[at.index()], at.phase() ^ 1u);
+          Barrier::wait(&storage.pipe.k_empty[at.index()], at.phase() ^ 1u);
           storage.k_scale[at.index()] = scale;
-          TransactionBarrier::arrive_and_expect_tx(&storage.k_full[at.index()], Traits::kTileBytes);
-          copy(params.tma_k.with(storage.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.k_full[at.index()], Traits::kTileBytes);
+          copy(params.tma_k.with(storage.pipe.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
                tKsK(_, at.index()));
         };
         auto load_v = [&](int block, const StageCounter<kStages>& at) {
-          Barrier::wait(&storage.v_empty[at.index()], at.phase() ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.v_full[at.index()], Traits::kTileBytes);
-          copy(params.tma_v.with(storage.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
+          Barrier::wait(&storage.pipe.v_empty[at.index()], at.phase() ^ 1u);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.v_full[at.index()], Traits::kTileBytes);
+          copy(params.tma_v.with(storage.pipe.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
                tVsV(_, at.index()));
         };
         // The bf16 kernel's two producer orders (sm90/mainloop.cuh): K_j, V_j, or K_{j+1} ahead of V_j in the
@@ -212,8 +186,8 @@ struct Mainloop {
     // this CTA's shared memory is still in flight.
     if (lane == 0) {
       for (int i = 0; i < kStages; ++i) {
-        Barrier::wait(&storage.k_empty[kv.index()], kv.phase() ^ 1u);
-        Barrier::wait(&storage.v_empty[kv.index()], kv.phase() ^ 1u);
+        Barrier::wait(&storage.pipe.k_empty[kv.index()], kv.phase() ^ 1u);
+        Barrier::wait(&storage.pipe.v_empty[kv.index()], kv.phase() ^ 1u);
         kv.advance();
       }
     }
@@ -287,7 +261,7 @@ struct Mainloop {
       for (int i = 0; i < size(tOrO); ++i) tOrO(i) = fmaf(tOrO(i), factor[(i >> 1) & 1], tOrPartial(i));
     };
 
-    Barrier::wait(&storage.q_full, q_stage.phase());
+    Barrier::wait(&storage.pipe.q_full, q_stage.phase());
     q_stage.advance();
     softmax.reset();
     clear(tOrO);
@@ -295,14 +269,14 @@ struct Mainloop {
     float pending[2];  // the factor of the block whose P V product comes next
     {
       const int stage = kv.index();
-      Barrier::wait(&storage.k_full[stage], kv.phase());
+      Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       float multiplier[2];
       multipliers_of(stage, multiplier);  // its shared load and shuffle run under the GEMM
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
-      sm90::release_stage(&storage.k_empty[stage], lane);
-      if (n == 1) sm90::release_stage(&storage.q_empty, lane);
+      sm90::release_stage(&storage.pipe.k_empty[stage], lane);
+      if (n == 1) sm90::release_stage(&storage.pipe.q_empty, lane);
       softmax_of(multiplier, 0, pending);
       convert_p(s, p_registers);
     }
@@ -311,23 +285,23 @@ struct Mainloop {
       const uint32_t prev_phase = kv.phase();
       kv.advance();
       const int stage = kv.index();
-      Barrier::wait(&storage.k_full[stage], kv.phase());
+      Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       // V_{i-1} is waited for after S_i is issued, so the S GEMM starts while V is in flight (the bf16 order).
-      Barrier::wait(&storage.v_full[prev_stage], prev_phase);
+      Barrier::wait(&storage.pipe.v_full[prev_stage], prev_phase);
       sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrPartial);
       float multiplier[2];
       multipliers_of(stage, multiplier);
       warpgroup_wait<1>();  // S_i is ready; the P V product of block i - 1 may still run
       warpgroup_fence_operand(tSrS);
-      sm90::release_stage(&storage.k_empty[stage], lane);
-      if (position == n - 1) sm90::release_stage(&storage.q_empty, lane);
+      sm90::release_stage(&storage.pipe.k_empty[stage], lane);
+      if (position == n - 1) sm90::release_stage(&storage.pipe.q_empty, lane);
       float factor[2];
       softmax_of(multiplier, position, factor);
       warpgroup_wait<0>();  // the P V product has drained: V_{i-1}, its partial and the P registers are free
       warpgroup_fence_operand(tOrPartial);
       warpgroup_fence_operand(tOrP);
-      sm90::release_stage(&storage.v_empty[prev_stage], lane);
+      sm90::release_stage(&storage.pipe.v_empty[prev_stage], lane);
       convert_p(s, p_registers);
       fold(pending);
       pending[0] = factor[0];
@@ -335,11 +309,11 @@ struct Mainloop {
     }
     {
       const int stage = kv.index();
-      Barrier::wait(&storage.v_full[stage], kv.phase());
+      Barrier::wait(&storage.pipe.v_full[stage], kv.phase());
       sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrPartial);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrPartial);
-      sm90::release_stage(&storage.v_empty[stage], lane);
+      sm90::release_stage(&storage.pipe.v_empty[stage], lane);
       kv.advance();
       fold(pending);
     }
