@@ -7,13 +7,17 @@ Rows: dense (diffusers' SDPA in every layer, through the processor so that atten
 model's step time is recorded beside it), then for each mask method x backend x order the sparse model. Per row:
 the median step time of --repeats timed forwards after one warm-up forward, the self-attention time and the mask
 and plan time inside it (CUDA events; see wavealign.diffusers.WanSparseAttention.step_times), the blocks' time,
-the mean mask density and the reordered heads of the warm-up's plans, and whether the output equals the
-original order's bit for bit. With --layers below 40 the model has only those layers and the row also gives the
+the mean mask density and the reordered heads of the warm-up's plans, whether the output equals the
+original order's bit for bit, and the output's cosine similarity with the dense step's (`cos_vs_dense`) and, for an
+8-bit row (--precisions int8), with the same row's bf16 output (`cos_vs_native`). Random weights: the cosines are
+a sanity figure of the arithmetic, not a quality claim. With --layers below 40 the model has only those layers and the row also gives the
 40-layer step extrapolated from the measured per-layer time (outside the blocks + 40 x per layer), marked so.
 
     PYTHONPATH=build/python:$DEPS python3 bench/gpu/bench_e2e.py --frames 81 --layers 40 \
         --methods xattention,sparge --backends wavealign,fa4 --out logs/e2e.jsonl
     PYTHONPATH=build/python:$DEPS python3 bench/gpu/bench_e2e.py --frames 401 --layers 2 --out logs/e2e.jsonl
+    PYTHONPATH=build/python:$DEPS python3 bench/gpu/bench_e2e.py --frames 81 --layers 40 --methods full,sparge \
+        --backends wavealign --orders wavealign --precisions native,int8 --out logs/e2e.jsonl
     python3 bench/gpu/collect_e2e.py logs/e2e.jsonl --docs docs/e2e.md
 
 Each row prints one JSON line (and appends it to --out); bench/gpu/collect_e2e.py derives the speedups and
@@ -98,12 +102,35 @@ def device_description(device: torch.device) -> str:
     return torch.cuda.get_device_name(device)
 
 
+class FullMask:
+    """Stand-in mask method: every block kept, so the fused kernel runs dense attention (the 8-bit kernel's
+    accuracy through the whole model, with no mask that could differ between precisions)."""
+
+    __name__ = "full"
+
+    def __init__(self, block: int) -> None:
+        self.block = block
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        batch, heads, length, _ = q.shape
+        blocks = -(-length // self.block)
+        return torch.ones(batch * heads, blocks, -(-k.shape[2] // self.block), dtype=torch.bool, device=q.device)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().flatten(), b.double().flatten()
+    return float(torch.dot(a, b) / (a.norm() * b.norm()))
+
+
 def resolve_methods(names: list[str], block: int, out: pathlib.Path | None) -> dict[str, Any]:
     """name -> what apply() takes; names whose module is missing are reported and left out."""
     methods: dict[str, Any] = {}
     for name in names:
         if name == "pooled":
             methods[name] = wan_t2v.PooledTopK(block, 0.25)
+            continue
+        if name == "full":
+            methods[name] = FullMask(block)
             continue
         try:
             import wavealign.methods as available
@@ -196,9 +223,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None,
                         help="transformer layers to build and run (default: 40 up to 100K tokens, else 2)")
     parser.add_argument("--methods", default="xattention,sparge",
-                        help="comma list of xattention, sparge, minference, flexprefill, pooled (a stand-in)")
+                        help="comma list of xattention, sparge, minference, flexprefill, pooled and full (stand-ins)")
     parser.add_argument("--backends", default="wavealign,fa4", help="comma list of wavealign, fa4, flex")
     parser.add_argument("--orders", default="original,wavealign", help="comma list of plan orders")
+    parser.add_argument("--precisions", default="native",
+                        help="comma list of native, int8: the fused kernel's arithmetic (int8 rows run on backend "
+                             "wavealign only)")
     parser.add_argument("--no-dense", action="store_true", help="leave out the dense row")
     parser.add_argument("--repeats", type=int, default=1, help="timed forwards per row after one warm-up")
     parser.add_argument("--skip", default="auto", help="wavealign skip policy of the WaveAlign rows")
@@ -210,6 +240,9 @@ def main() -> None:
                              "defaults keep most blocks; this sets the sparsity a trained model would give)")
     parser.add_argument("--block", type=int, default=128)
     parser.add_argument("--config", choices=("14b", "tiny"), default="14b")
+    parser.add_argument("--head-dim", type=int, default=None,
+                        help="override the config's attention_head_dim (the 8-bit kernel takes 128 only: "
+                             "--config tiny --head-dim 128 runs its rows on the CPU)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=pathlib.Path, default=None, help="append the JSON lines to this file")
@@ -219,6 +252,8 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench_e2e: no CUDA device (use --config tiny --device cpu for a CPU run)")
     config = wan_t2v.WAN21_T2V_14B if args.config == "14b" else wan_t2v.TINY
+    if args.head_dim is not None:
+        config = dict(config, attention_head_dim=args.head_dim)
     length = wan_t2v.tokens(config, args.frames, args.height, args.width)
     layers = args.layers or (MODEL_LAYERS if length <= 100_000 else 2)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -234,7 +269,13 @@ def main() -> None:
         else:
             backends.append(backend)
     orders = [o for o in args.orders.split(",") if o]
-    rows = (0 if args.no_dense else 1) + len(methods) * len(backends) * len(orders)
+    precisions = [p for p in args.precisions.split(",") if p]
+    unknown = sorted(set(precisions) - {"native", "int8"})
+    if unknown or not precisions:
+        parser.error(f"argument --precisions: {args.precisions!r} is not a comma list of native, int8")
+    variants = [(backend, precision) for backend in backends for precision in precisions
+                if precision == "native" or backend == "wavealign"]
+    rows = (0 if args.no_dense else 1) + len(methods) * len(variants) * len(orders)
     forwards = rows * (1 + args.repeats) + (0 if args.no_dense else 1 + args.repeats)   # + the stock model's
     estimate = forwards * layers * dense_layer_ms(length) / 1e3
     print(f"# {length} tokens, {layers} layers, {rows} rows, {forwards} forwards: at most "
@@ -265,26 +306,36 @@ def main() -> None:
         row.update(extrapolate(row, layers))
         emit({**common, **fields, **row}, args.out)
 
+    dense_output = None
     if not args.no_dense:
         timer.forward(transformer, inputs)
         stock_ms = statistics.median(timer.forward(transformer, inputs)[1] for _ in range(args.repeats))
-        finish(measure(transformer, timer, inputs, args.repeats, "dense"), method="dense", backend="sdpa",
-               order="original", stock_step_ms=stock_ms)
+        row = measure(transformer, timer, inputs, args.repeats, "dense")
+        dense_output = row["output"]
+        finish(row, method="dense", backend="sdpa", order="original", stock_step_ms=stock_ms)
     profile = args.profile or None
     for name, method in methods.items():
-        for backend in backends:
+        native_outputs: dict[tuple[str, str], torch.Tensor] = {}
+        for backend, precision in variants:
             reference = None
             for order in orders:
                 options = args.method_options.get(name)
                 row = measure(transformer, timer, inputs, args.repeats, method, backend=backend, order=order,
                               block_size=args.block, skip=args.skip if order != "original" else "never",
-                              profile=profile if order != "original" else None, method_options=options)
+                              profile=profile if order != "original" else None, method_options=options,
+                              precision=precision)
                 output = row["output"]
                 equal = None if reference is None else bool(torch.equal(output, reference))
                 if order == "original":
                     reference = output
-                finish(row, method=name, backend=backend, order=order, method_options=options,
-                       skip=args.skip if order != "original" else "never", bitwise_equal_to_original=equal)
+                if precision == "native":
+                    native_outputs[(backend, order)] = output
+                native = native_outputs.get((backend, order)) if precision != "native" else None
+                finish(row, method=name, backend=backend, order=order, precision=precision,
+                       method_options=options, skip=args.skip if order != "original" else "never",
+                       bitwise_equal_to_original=equal,
+                       cos_vs_dense=None if dense_output is None else cosine(output, dense_output),
+                       cos_vs_native=None if native is None else cosine(output, native))
     timer.close()
 
 

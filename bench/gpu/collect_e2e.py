@@ -6,9 +6,10 @@ and the speedups over dense and over the original order.
 Usage: bench/gpu/collect_e2e.py LOG.jsonl [LOG.jsonl ...] [--out bench/results/h200-e2e.json] [--docs docs/e2e.md]
        [--commit TEXT]
 
-A later line of the same (config, frames, layers, method, backend, order, method options) replaces an earlier one, so reruns of
-part of the bench can be appended to one log. Speedups compare rows of one frame count and layer count: over
-the dense row, and over the original-order row of the same method and backend.
+A later line of the same (config, frames, layers, method, backend, precision, order, method options) replaces an
+earlier one, so reruns of part of the bench can be appended to one log. Speedups compare rows of one frame count
+and layer count: over the dense row, and over the original-order row of the same method, backend and precision.
+An 8-bit row's backend reads "wavealign int8" in the table.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import result_record  # noqa: E402
 
-KEY = ("config", "frames", "layers", "method", "backend", "order")
+KEY = ("config", "frames", "layers", "method", "backend", "precision", "order")
 TABLE_BEGIN, TABLE_END = "<!-- e2e table: bench/gpu/collect_e2e.py -->", "<!-- end of e2e table -->"
 
 
@@ -42,6 +43,7 @@ def read_rows(paths: list[pathlib.Path]) -> tuple[list[dict], list[dict]]:
             if not line.startswith("{"):
                 continue
             row = json.loads(line)
+            row.setdefault("precision", "native")  # rows from before --precisions ran the bf16 kernel
             if "skipped" in row:
                 skipped.append(row)
             elif row.get("bench") == "e2e":
@@ -64,7 +66,7 @@ def derive(rows: list[dict]) -> list[dict]:
         original = next((other for other in rows if other["order"] == "original"
                          and options_of(other) == options_of(row)
                          and all(other[name] == row[name] for name in ("config", "frames", "layers", "method",
-                                                                        "backend"))), None)
+                                                                        "backend", "precision"))), None)
         row["speedup_vs_dense"] = dense["step_ms_model"] / step if dense else None
         row["speedup_vs_original"] = original["step_ms_model"] / step if original and row["method"] != "dense" \
             else None
@@ -76,6 +78,10 @@ def method_label(row: dict) -> str:
     return row["method"] if not options else f"{row['method']} `{options}`"
 
 
+def backend_label(row: dict) -> str:
+    return row["backend"] if row["precision"] == "native" else f"{row['backend']} {row['precision']}"
+
+
 def table(rows: list[dict]) -> str:
     def ratio(value: float | None) -> str:
         return "" if value is None else f"{value:.3f}x"
@@ -85,11 +91,11 @@ def table(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"dense": 0}
     for row in sorted(rows, key=lambda r: (r["frames"], order.get(r["method"], 1), r["method"], options_of(r),
-                                           r["backend"], r["order"] != "original", r["order"])):
+                                           r["backend"], r["precision"], r["order"] != "original", r["order"])):
         star = "*" if row["extrapolated"] else ""
         density = "" if row.get("density") is None else f"{row['density']:.3f}"
         equal = {True: "yes", False: "NO", None: ""}[row.get("bitwise_equal_to_original")]
-        lines.append(f"| {row['frames']} | {row['tokens']:,} | {row['layers']} | {method_label(row)} | {row['backend']} | "
+        lines.append(f"| {row['frames']} | {row['tokens']:,} | {row['layers']} | {method_label(row)} | {backend_label(row)} | "
                      f"{row['order']} | {row['step_ms_model'] / 1e3:.2f}{star} | {100 * row['attention_share']:.1f} % | "
                      f"{row['mask_ms_model'] + row['plan_ms_model']:.0f} | {density} | "
                      f"{ratio(row['speedup_vs_dense'])} | {ratio(row['speedup_vs_original'])} | {equal} |")

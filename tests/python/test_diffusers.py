@@ -273,6 +273,7 @@ def test_the_e2e_benchmark_and_its_collector_run_on_a_tiny_model(tmp_path):
     assert [(row["method"], row["order"]) for row in rows] == [("dense", "original"), ("pooled", "original"),
                                                                ("pooled", "wavealign")]
     assert rows[0]["dense_calls"] == 2 and rows[1]["sparse_calls"] == 2 and rows[2]["bitwise_equal_to_original"]
+    assert all(0.99 < row["cos_vs_dense"] <= 1.0 and row["cos_vs_native"] is None for row in rows[1:])
     assert all(row["extrapolated"] and row["step_ms_model"] > row["step_ms"] for row in rows)
     docs = tmp_path / "e2e.md"
     docs.write_text((EXAMPLES.parent / "docs" / "e2e.md").read_text())
@@ -282,6 +283,29 @@ def test_the_e2e_benchmark_and_its_collector_run_on_a_tiny_model(tmp_path):
     record = json.loads((tmp_path / "e2e.json").read_text())
     assert record["rows"][0]["speedup_vs_dense"] == 1.0 and record["rows"][2]["speedup_vs_original"] > 0
     assert "| 9 | 192 | 2 | pooled | wavealign | wavealign |" in docs.read_text()
+
+
+def test_the_e2e_benchmark_runs_the_8bit_rows_and_compares_them_with_bf16(tmp_path):
+    bench = EXAMPLES.parent / "bench" / "gpu"
+    log = tmp_path / "e2e.jsonl"
+    result = subprocess.run([sys.executable, str(bench / "bench_e2e.py"), "--config", "tiny", "--head-dim", "128",
+                             "--device", "cpu", "--frames", "9", "--height", "256", "--width", "256", "--layers",
+                             "1", "--methods", "full", "--backends", "wavealign", "--profile", "",
+                             "--precisions", "native,int8", "--out", str(log)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(row["method"], row.get("precision"), row["order"]) for row in rows] == [
+        ("dense", None, "original"), ("full", "native", "original"), ("full", "native", "wavealign"),
+        ("full", "int8", "original"), ("full", "int8", "wavealign")]
+    assert rows[1]["density"] == 1.0 and rows[4]["bitwise_equal_to_original"]
+    # The 8-bit arithmetic (emulated on the CPU) stays close to the float output but is not the same.
+    assert all(0.99 < row["cos_vs_dense"] <= 1.0 for row in rows[1:])
+    assert 0.99 < rows[3]["cos_vs_native"] < 1.0 and rows[1]["cos_vs_native"] is None
+    result = subprocess.run([sys.executable, str(bench / "collect_e2e.py"), str(log), "--out",
+                             str(tmp_path / "e2e.json")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| full | wavealign int8 | wavealign |" in result.stdout
 
 
 def test_the_e2e_benchmark_passes_method_options_and_keeps_them_apart(tmp_path):
