@@ -6,8 +6,8 @@
     o = plan.unpermute_rows(my_kernel(q_perm, k, v, plan.permuted_mask()), seq_len=L)
 
 Inputs are numpy arrays, torch tensors or any DLPack producer. torch is optional: `wavealign.nn`,
-`wavealign.flex`, `wavealign.fa4` (FlashAttention-4 in plan order) and the torch.library ops (`wavealign.ops`)
-need it, the rest does not.
+`wavealign.flex`, `wavealign.fa4` and `wavealign.sparge` (FlashAttention-4 and SpargeAttn in plan order) and the
+torch.library ops (`wavealign.ops`) need it, the rest does not.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ __version__: str = _core.__version__
 has_cuda: bool = _core.has_cuda
 """True when the fused CUDA kernel was compiled in."""
 
-__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "fa4", "flex", "nn", "ops", "diffusers", "methods",
+__all__ = ["Plan", "plan", "sparse_attention", "has_cuda", "fa4", "sparge", "flex", "nn", "ops", "diffusers", "methods",
            "distributed"]
 
 
 def __getattr__(name: str) -> Any:
     # wavealign.nn imports torch at import time; load it (and the other submodules) only when asked for.
-    if name in ("nn", "fa4", "flex", "ops", "diffusers", "methods", "distributed"):
+    if name in ("nn", "fa4", "sparge", "flex", "ops", "diffusers", "methods", "distributed"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wavealign' has no attribute {name!r}")
 

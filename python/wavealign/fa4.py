@@ -21,6 +21,7 @@ import weakref
 from typing import Any
 
 from . import flex
+from ._plugin import check_qkv, permuted_block_lists
 from ._plan import Plan
 from ._util import blocks_for, check_int, check_scale, heads_view_shape, invalid, require_torch
 
@@ -116,30 +117,6 @@ def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, 
     return cache[key]
 
 
-def permuted_block_lists(plan: Plan, device: Any) -> tuple[Any, Any]:
-    """(counts int32 [H, MB], indices int32 [H, MB, W]) of the permuted mask on `device`: row p of head h lists
-    the kept KV blocks of original row permutation[h, p], ascending and packed left; W = max(1, longest row)."""
-    torch = require_torch("wavealign.fa4")
-    device = torch.device(device)
-    # FA4 reads no validation record: an invalid mask raises here. The CSR is the one the fused kernel reads
-    # (on a GPU plan's own device without a copy; Plan.csr() would hand back a copy made through the host).
-    plan.check()
-    row_ptr, col_idx, _, _ = plan._launch_tensors(device, 1, plan.heads, "sequential")
-    col_idx = col_idx[:int(row_ptr[-1])]  # a dense or Flex mask's column buffer is capacity-sized
-    permutation = torch.as_tensor(plan.permutation).to(device=device, dtype=torch.int64)
-    rows = plan.heads * plan.q_blocks
-    lengths = row_ptr[1:] - row_ptr[:-1]
-    width = max(1, int(lengths.max()))
-    row_of_entry = torch.repeat_interleave(torch.arange(rows, device=device), lengths, output_size=col_idx.numel())
-    slot_of_entry = torch.arange(col_idx.numel(), device=device) - row_ptr[row_of_entry]
-    indices = torch.zeros((rows, width), dtype=torch.int32, device=device)
-    indices[row_of_entry, slot_of_entry] = col_idx.to(torch.int32)
-    counts = torch.gather(lengths.view(plan.heads, plan.q_blocks), 1, permutation).to(torch.int32)
-    indices = torch.gather(indices.view(plan.heads, plan.q_blocks, width), 1,
-                           permutation[:, :, None].expand(-1, -1, width))
-    return counts.contiguous(), indices.contiguous()
-
-
 def permute_rows(plan: Plan, x: Any) -> Any:
     """x [B, L, H, d] (FA4's layout) -> [B, MB*q_block, H, d] with the query blocks in plan order.
 
@@ -187,21 +164,7 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     same mask. Empty mask rows give O = 0 and LSE = -inf. An inference path: the permutation ops have no
     backward.
     """
-    torch = require_torch("wavealign.fa4")
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(x, torch.Tensor):
-            raise invalid(name, f"must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != "cuda":
-            raise invalid(name, f"is on {x.device}: FlashAttention-4 runs on CUDA tensors")
-        if x.dtype != q.dtype or x.device != q.device:
-            raise invalid(name, f"is {x.dtype} on {x.device}, q is {q.dtype} on {q.device}")
-    if q.dim() not in (3, 4):
-        raise invalid("q", f"must be [B, H, L, d] or [H, L, d], got shape {list(q.shape)}")
-    for x, name in ((k, "k"), (v, "v")):
-        if x.shape != q.shape:
-            raise invalid(name, f"has shape {list(x.shape)}, expected q's shape {list(q.shape)}")
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        raise invalid("q", f"has dtype {q.dtype}; FlashAttention-4 takes torch.bfloat16 or torch.float16")
+    check_qkv(q, k, v, "wavealign.fa4", "FlashAttention-4")
     squeeze = q.dim() == 3
     if squeeze:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
