@@ -1,7 +1,8 @@
 """Accuracy of the 8-bit attention against an fp64 reference, per head: cosine similarity, relative L1 and max
 abs error of O on (a) Gaussian q, k, v, (b) the same with 8 K channels offset by 20 sigma, (c) the synthetic
 workload's Wan2.1-14B heads, at 32,768 and 363,600 tokens, for our 8-bit kernel and our bf16 kernel (and
-SageAttention2's dense 8-bit kernel where `sageattention` imports). Dense attention: every method sees the same
+SageAttention2's dense 8-bit kernel where `sageattention` imports, SpargeAttn's block-sparse 8-bit kernel on the
+full mask through wavealign.sparge where `spas_sage_attn` imports). Dense attention: every method sees the same
 full mask. The reference is exact for a sample of query rows (evenly spaced, `--rows` per head) in float64 on
 the GPU, from the same bf16 inputs the kernels read.
 
@@ -74,6 +75,12 @@ def main() -> int:
     except ImportError as error:
         sageattn = None
         print(f"accuracy_8bit: SageAttention2 not measured: {error}", file=sys.stderr)
+    try:
+        import spas_sage_attn  # noqa: F401
+        from wavealign import sparge
+    except ImportError as error:
+        sparge = None
+        print(f"accuracy_8bit: SpargeAttn not measured: {error}", file=sys.stderr)
     records = []
     for tokens in args.tokens:
         blocks = -(-tokens // 128)
@@ -86,6 +93,8 @@ def main() -> int:
                        "wavealign-bf16": wavealign.sparse_attention(q, k, v, dense_plan)}
             if sageattn is not None:
                 outputs["sageattention2"] = sageattn(q, k, v, tensor_layout="HND")
+            if sparge is not None:
+                outputs["spargeattn"] = sparge.sparse_attention(q, k, v, dense_plan)
             for impl, o in outputs.items():
                 for head in range(args.heads):
                     record = {"input": kind, "tokens": tokens, "impl": impl, "head": head,

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Peers of the block-sparse kernel on the same mask, in the same run: PyTorch FlexAttention (torch.compile'd,
 default and tuned kernel options) in the original and the WaveAlign row order, FlashAttention-4's block-sparse
-forward in the original, S2 and WaveAlign row order, and dense SDPA and FA4.
+forward in the original, S2 and WaveAlign row order, SpargeAttn's 8-bit block-sparse kernel (wavealign.sparge's
+mask layout; its call quantizes Q, K and V itself) in the original and WaveAlign order, our fused kernel in bf16
+and 8-bit (`wavealign-bf16`, `wavealign-int8`: the plug-in path, q in plan order and a plan of the permuted mask;
+the 8-bit call includes its quantization), and dense SDPA, FA4, SageAttention2 and our two kernels.
 
 The mask and the permutations come from `wa_bench_attention --save-mask/--save-perm`, so both benchmarks run
 the identical workload. FlexAttention and FA4 get every kept block as a *full* block (no mask_mod evaluation),
@@ -10,7 +13,8 @@ the timed region is the attention call alone. The timing, the clock sampling and
 calls are wavealign.bench's (the module behind `wavealign bench`; the package staged in BUILD/python must be on
 PYTHONPATH); FA4's block-sparse tensors are wavealign.fa4's. Prints one JSON object per measurement, one per
 plug-in check (each permuted order's output, unpermuted, against the original order's), and
-{"skipped": impl, "reason": ...} when an implementation cannot run here (FA4 without flash_attn.cute).
+{"skipped": impl, "reason": ...} when an implementation cannot run here (FA4 without flash_attn.cute, SpargeAttn
+or SageAttention2 not built: bench/gpu/peers_8bit.sh builds them on the benchmark host).
 
 All cases run in one process, so each torch.compile'd kernel variant is compiled once per sequence length, and
 FA4's JIT (~20 s per shape) once per shape.
@@ -22,7 +26,8 @@ boost clocks (one case of our kernel read 597 and 689 TF/s in two sessions). Eac
 mean SM clock, board power and power-capped share of its timed calls (NVML; null without it) and warmup_ms.
 
 Usage: bench_peers.py --case MASK.npy:PERM.npy:TOKENS:KIND[:sdpa][:s2=S2PERM.npy] [--case ...]
-                      [--impls flexattention,sdpa,flashattention4] [--head-dim 128] [--iters 5] [--cold-l2]
+                      [--impls flexattention,sdpa,flashattention4,spargeattn,sageattention2,wavealign]
+                      [--head-dim 128] [--iters 5] [--cold-l2]
                       [--warmup-ms 0]
 (PERM is the WaveAlign permutation; with s2=, FA4 also runs in that S2 order; sdpa adds the dense rows.)
 """
@@ -35,12 +40,31 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
+import wavealign
 from wavealign.bench import (ClockSampler, fa4_call, fa4_or_reason, flex_call, implementations, milliseconds,
-                             print_json, time_in_orders, time_ms)
+                             print_json, sparge_call, sparge_or_reason, time_in_orders, time_ms)
 
 BLOCK = 128
 TUNED = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
-IMPLS = ("flexattention", "sdpa", "flashattention4")
+IMPLS = ("flexattention", "sdpa", "flashattention4", "spargeattn", "sageattention2", "wavealign")
+PRECISIONS = {"wavealign-bf16": "native", "wavealign-int8": "int8"}
+
+
+def wavealign_call(precision: str, block: int, k, v):
+    """make(permuted mask, plan-ordered q) -> our fused kernel on a plan of the permuted mask in its own order."""
+    def make(permuted_mask, q_order):
+        plan = wavealign.plan(permuted_mask, order="original", skip="never", block_size=block)
+        return lambda: wavealign.sparse_attention(q_order, k, v, plan, precision=precision)
+
+    return make
+
+
+def sage_or_reason():
+    try:
+        from sageattention import sageattn
+    except Exception as error:  # any import failure of the optional library only skips its rows
+        return None, f"sageattention is not importable ({error!r}): SageAttention2 is built from its source"
+    return sageattn, None
 
 
 def dense_row(impl, fn, heads, tokens, q_blocks, kv_blocks, common, args, sampler):
@@ -52,7 +76,7 @@ def dense_row(impl, fn, heads, tokens, q_blocks, kv_blocks, common, args, sample
                    "nnz_blocks": heads * q_blocks * kv_blocks}, **clocks})
 
 
-def run_case(mask_path, perm_path, tokens, kind, sdpa, s2_path, args, compiled, sampler, fa4):
+def run_case(mask_path, perm_path, tokens, kind, sdpa, s2_path, args, compiled, sampler, peers):
     mask = np.load(mask_path)
     perm = np.load(perm_path)
     heads, q_blocks, kv_blocks = mask.shape
@@ -73,6 +97,24 @@ def run_case(mask_path, perm_path, tokens, kind, sdpa, s2_path, args, compiled, 
         qs, ks, vs = q[:, :, :tokens], k[:, :, :tokens], v[:, :, :tokens]
         dense_row("sdpa", lambda: F.scaled_dot_product_attention(qs, ks, vs), heads, tokens, q_blocks, kv_blocks,
                   common, args, sampler)
+    if "wavealign" in args.impls:
+        for impl, precision in PRECISIONS.items():
+            time_in_orders(impl, wavealign_call(precision, BLOCK, k, v), mask,
+                           {"original": original, "wavealign": perm}, q, BLOCK, common, args, sampler)
+            if sdpa:
+                full = wavealign.plan(np.ones((1, q_blocks, kv_blocks), dtype=bool), order="original", skip="never")
+                qs, ks, vs = q[:, :, :tokens], k[:, :, :tokens], v[:, :, :tokens]
+                dense_row(impl, lambda: wavealign.sparse_attention(qs, ks, vs, full, precision=precision), heads,
+                          tokens, q_blocks, kv_blocks, common, args, sampler)
+    if peers.get("spargeattn") is not None:
+        time_in_orders("spargeattn", sparge_call(peers["spargeattn"], BLOCK, k, v), mask,
+                       {"original": original, "wavealign": perm}, q, BLOCK, common, args, sampler)
+    if sdpa and peers.get("sageattention2") is not None:
+        sageattn = peers["sageattention2"]
+        qs, ks, vs = q[:, :, :tokens], k[:, :, :tokens], v[:, :, :tokens]
+        dense_row("sageattention2", lambda: sageattn(qs, ks, vs, tensor_layout="HND"), heads, tokens, q_blocks,
+                  kv_blocks, common, args, sampler)
+    fa4 = peers.get("flashattention4")
     if fa4 is not None:
         perms = {"original": original, **({"s2": np.load(s2_path)} if s2_path else {}), "wavealign": perm}
         time_in_orders("flashattention4", fa4_call(fa4, BLOCK, k, v), mask, perms, q, BLOCK, common, args, sampler)
@@ -97,17 +139,20 @@ def main():
     args = parser.parse_args()
     compiled = torch.compile(flex_attention, dynamic=False)
     sampler = ClockSampler()
-    fa4 = None
-    if "flashattention4" in args.impls:
-        fa4, reason = fa4_or_reason()
-        if fa4 is None:
-            print(f"bench_peers: FlashAttention-4 rows skipped: {reason}", file=sys.stderr, flush=True)
-            print_json({"skipped": "flashattention4", "reason": reason})
+    peers = {}
+    for impl, probe in (("flashattention4", fa4_or_reason), ("spargeattn", sparge_or_reason),
+                        ("sageattention2", sage_or_reason)):
+        if impl in args.impls:
+            peers[impl], reason = probe()
+            if peers[impl] is None:
+                print(f"bench_peers: {impl} rows skipped: {reason}", file=sys.stderr, flush=True)
+                print_json({"skipped": impl, "reason": reason})
     for case in args.case:
         mask_path, perm_path, tokens, kind, *options = case.split(":")
         s2_path = next((option[len("s2="):] for option in options if option.startswith("s2=")), None)
         try:
-            run_case(mask_path, perm_path, int(tokens), kind, "sdpa" in options, s2_path, args, compiled, sampler, fa4)
+            run_case(mask_path, perm_path, int(tokens), kind, "sdpa" in options, s2_path, args, compiled, sampler,
+                     peers)
         except Exception as error:  # one failing case must not lose the others' numbers
             print(json.dumps({"case": case, "error": repr(error)}), flush=True)
         torch.cuda.empty_cache()

@@ -3,9 +3,16 @@
 # kernel (whole call, quantization alone, kernel alone) on the same masks, Wan2.1-14B at 401 frames (363,600
 # tokens), video rho 0.28 and random rho 0.20, original and WaveAlign order, 4 and 40 heads, and dense; Nsight
 # Compute L2 hit rate and DRAM bytes of both kernels in both orders; the accuracy table
-# (bench/gpu/accuracy_8bit.py). bench/gpu/collect_8bit.py turns LOG_DIR into bench/results/h200-8bit.json.
+# (bench/gpu/accuracy_8bit.py); the peers on the bench's own masks in one process (bench/gpu/bench_peers.py:
+# SpargeAttn's block-sparse and SageAttention2's dense 8-bit kernels, FA4 bf16, SDPA and our two kernels); the
+# 8-bit kernel through the diffusers Wan2.1-14B transformer (81 frames, 40 layers, one step; bench_e2e.py
+# --precisions native,int8: cosine of the 8-bit output with the bf16 output). bench/gpu/collect_8bit.py turns
+# LOG_DIR into bench/results/h200-8bit.json.
 #
-#   bench/gpu/run_h200_8bit.sh BUILD_DIR PY_BUILD_DIR LOG_DIR [speed|heads40|ncu|accuracy|all, or a list]
+#   bench/gpu/run_h200_8bit.sh BUILD_DIR PY_BUILD_DIR LOG_DIR [speed|heads40|ncu|accuracy|peers|wan|all, or a list]
+#
+# The peers are imported where installed (PYTHONPATH; bench/gpu/peers_8bit.sh builds them on the host), FA4 too
+# (bench/gpu/fa4_wheels.sh); the rows of one that is missing are reported skipped. The wan part needs diffusers.
 set -u
 build=${1:-build}
 py_build=${2:-build}
@@ -62,6 +69,34 @@ if runs ncu; then
     done
   done
   echo "ncu rows: $(grep -c lts__t_sector_hit_rate "$logs/ncu.csv")"
+fi
+
+if runs peers; then
+  # The peers time the kernel benchmark's own masks and WaveAlign permutations, written by untimed launches.
+  cases=()
+  for mask in video random; do
+    timeout 120 "$bench" --model wan2.1-14b --frames 401 --heads 4 --mask "$mask" --density "$(density_of $mask)" \
+      --order wavealign --warmup 0 --iters 1 --save-mask "$logs/m_$mask.npy" --save-perm "$logs/p_$mask.npy" \
+      >/dev/null 2>>"$logs/errors.txt"
+    sdpa=""
+    [ "$mask" = video ] && sdpa=":sdpa"
+    cases+=(--case "$logs/m_$mask.npy:$logs/p_$mask.npy:363600:$mask$sdpa")
+  done
+  # 540 s: 8 ordered rows per case and 5 dense rows, 2 s of warm-up each, FA4's JIT (~20 s per shape).
+  PYTHONPATH="$py_build/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 540 python3 \
+    bench/gpu/bench_peers.py "${cases[@]}" --impls sdpa,flashattention4,spargeattn,sageattention2,wavealign \
+    --cold-l2 --iters 5 --warmup-ms 2000 >>"$logs/peers.jsonl" 2>>"$logs/errors.txt"
+  rc=$?
+  echo "peer rows: $(grep -c '"ms"' "$logs/peers.jsonl") (rc=$rc)"
+  rm -f "$logs"/m_*.npy "$logs"/p_*.npy
+fi
+
+if runs wan; then
+  PYTHONPATH="$py_build/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 500 python3 \
+    bench/gpu/bench_e2e.py --frames 81 --layers 40 --methods full,sparge --backends wavealign --orders wavealign \
+    --precisions native,int8 --out "$logs/wan.jsonl" 2>>"$logs/errors.txt"
+  rc=$?
+  echo "wan rows: $(grep -c '"e2e"' "$logs/wan.jsonl") (rc=$rc)"
 fi
 
 if runs accuracy; then

@@ -1,9 +1,11 @@
 """Times attention kernels of other libraries on one block mask in several row orders, through the plug-in path:
-FlashAttention-4's block-sparse forward and FlexAttention. `wavealign bench` runs this module next to the fused
-kernel; bench/gpu/bench_peers.py builds the H200 benchmark from the same pieces.
+FlashAttention-4's block-sparse forward, FlexAttention and SpargeAttn's 8-bit block-sparse kernel (where
+spas_sage_attn is installed; its call quantizes Q, K and V itself, so its time includes that). `wavealign bench`
+runs this module next to the fused kernel; bench/gpu/bench_peers.py builds the H200 benchmark from the same
+pieces.
 
     python3 -m wavealign.bench --mask MASK.npy [--perm original] [--perm wavealign=PERM.npy ...]
-                               [--impls flashattention4,flexattention] [--block 128] [--head-dim 128]
+                               [--impls flashattention4,flexattention,spargeattn] [--block 128] [--head-dim 128]
                                [--dtype bf16] [--iters 5] [--warmup-ms 2000] [--cold-l2] [--seed 0]
 
 MASK.npy is a bool/uint8 block mask [H, MB, NB] or [MB, NB]; each --perm NAME=FILE.npy an int32 [H, MB] row order
@@ -35,7 +37,7 @@ import numpy as np
 
 from ._util import require_torch
 
-IMPLS = ("flashattention4", "flexattention")
+IMPLS = ("flashattention4", "flexattention", "spargeattn")
 
 
 class ClockSampler:
@@ -201,6 +203,32 @@ def fa4_call(fa4_parts: tuple[Any, Any], block: int, k: Any, v: Any) -> Callable
     return make
 
 
+def sparge_or_reason() -> tuple[Any, str | None]:
+    """(wavealign.sparge module, block_sparse_sage2_attn_cuda), or (None, why SpargeAttn cannot run here)."""
+    try:
+        from spas_sage_attn import block_sparse_sage2_attn_cuda
+    except Exception as error:  # any import failure of the optional library only skips its rows
+        return None, (f"spas_sage_attn is not importable ({error!r}): SpargeAttn is built from its source "
+                      "(thu-ml/SpargeAttn)")
+    from . import sparge
+
+    return (sparge, block_sparse_sage2_attn_cuda), None
+
+
+def sparge_call(sparge_parts: tuple[Any, Any], block: int, k: Any, v: Any) -> Callable[[np.ndarray, Any], Callable]:
+    """make(permuted mask, plan-ordered q [1, H, L, d]) -> the timed SpargeAttn call (its quantization of Q, K
+    and V and its mask-to-LUT step included, as a user calls it), whose output is [1, H, L, d]."""
+    sparge, block_sparse_sage2_attn_cuda = sparge_parts
+    import wavealign
+
+    def make(permuted_mask: np.ndarray, q_order: Any) -> Callable:
+        plan = wavealign.plan(permuted_mask, order="original", skip="never", block_size=block)
+        mask_id = sparge.mask_id(plan, k.shape[2], heads=q_order.shape[1], device=q_order.device)
+        return lambda: block_sparse_sage2_attn_cuda(q_order, k, v, mask_id=mask_id, tensor_layout="HND")
+
+    return make
+
+
 def flex_call(compiled: Callable, block: int, k: Any, v: Any,
               kernel_options: dict[str, Any] | None = None) -> Callable[[np.ndarray, Any], Callable]:
     """make(permuted mask, plan-ordered q) -> the timed call of a torch.compile'd flex_attention."""
@@ -342,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         if impl == "flashattention4":
             parts, reason = fa4_or_reason()
             make = None if parts is None else fa4_call(parts, args.block, k, v)
+        elif impl == "spargeattn":
+            parts, reason = sparge_or_reason()
+            make = None if parts is None else sparge_call(parts, args.block, k, v)
         else:
             from torch.nn.attention.flex_attention import flex_attention
 

@@ -292,8 +292,12 @@ def test_bench_module_times_fa4_and_flex_in_each_order_on_the_gpu(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     timings = [row for row in rows if "ms" in row]
+    # SpargeAttn is built from source, so it is timed where spas_sage_attn imports and reported skipped elsewhere.
+    sparge_skipped = [row for row in rows if row.get("skipped") == "spargeattn"]
+    assert len(sparge_skipped) == (wavealign.bench.sparge_or_reason()[0] is None)
+    impls = [impl for impl in wavealign.bench.IMPLS if not (impl == "spargeattn" and sparge_skipped)]
     assert [(row["impl"], row["order"]) for row in timings] == [
-        (impl, order) for impl in wavealign.bench.IMPLS for order in ("original", "wavealign")]
+        (impl, order) for impl in impls for order in ("original", "wavealign")]
     assert all(row["ms"] > 0 and row["tflops"] > 0 and row["nnz_blocks"] == int(mask.sum()) for row in timings)
     checks = [row for row in rows if "check" in row]
-    assert len(checks) == 2 and all(row["bitwise_equal"] for row in checks), checks
+    assert len(checks) == len(impls) and all(row["bitwise_equal"] for row in checks), checks
