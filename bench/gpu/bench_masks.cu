@@ -13,11 +13,16 @@
 // once by the block sums: ~3.5 ms per head, +140 ms per layer; 0.9 ms per head at S = 16). So 5 % is not
 // reachable at S = 8 or S = 16 on the bf16 tensor cores: it needs S >= 32 (3.9 % before the logits), or a
 // fused estimate that keeps the logits on chip and an fp8 GEMM. The cases below measure S = 8 and S = 16.
+// XAttention's rows also carry its FLOP floor: floor_ms = heads x rows^2 x S d multiply-adds (rows = ceil(L / S))
+// at the bf16 GEMM rate that cuBLAS reaches on 16,384^3 in this process (warm, median of 5), the time of the
+// cuBLAS path (cublas_mask_ms, forced through masks::ScopedXAttentionScoring), which estimate the default run
+// took, and how many blocks of the layer's mask the two paths disagree on.
 // SpargeAttn (5,682 x 2,841 x 128 fp32 pooled products, 2 x 93 MB of Q/K read once per head), MInference
 // (64 x L x d per head) and FlexPrefill (512 x L x d per head, plus the 2,841^2 pooled map) are far below
 // their targets in FLOPs; their cost is the selections and the passes over the sampled logits.
 //
 //   wa_bench_masks [--frames 401] [--heads 40] [--iters 3] [--attention-iters 2] [--cases NAME,...] [--seed 0]
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -31,6 +36,7 @@
 #include <vector>
 
 #include "bench_cuda_check.h"
+#include "cuda/masks/mask_kernels.h"
 #include "wavealign/attention.h"
 #include "wavealign/gpu_plan.h"
 #include "wavealign/methods.h"
@@ -159,6 +165,45 @@ void* device_alloc(size_t bytes) {
   return pointer;
 }
 
+// The GEMM of the floor: bf16 A and B, fp32 accumulation, bf16 C, all 16,384 x 16,384.
+constexpr long kFloorGemmSize = 16384;
+
+// Multiply-adds per millisecond of cuBLAS's bf16 GEMM on 16,384^3 on `stream`: one warm-up call, then the
+// median of 5 timed calls.
+double gemm_rate_per_ms(cudaStream_t stream) {
+  const size_t elements = size_t(kFloorGemmSize) * kFloorGemmSize;
+  auto* a = static_cast<__nv_bfloat16*>(device_alloc(elements * 2));
+  auto* b = static_cast<__nv_bfloat16*>(device_alloc(elements * 2));
+  auto* c = static_cast<__nv_bfloat16*>(device_alloc(elements * 2));
+  // Any finite values do: 0x3C00 is bf16 2^-7, so the sums stay far from overflow.
+  WA_BENCH_CUDA(cudaMemsetAsync(a, 0x3C, elements * 2, stream));
+  WA_BENCH_CUDA(cudaMemsetAsync(b, 0x3C, elements * 2, stream));
+  cublasHandle_t blas = nullptr;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas, stream) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    std::exit(1);
+  }
+  const float alpha = 1, beta = 0;
+  const int n = int(kFloorGemmSize);
+  auto gemm = [&] {
+    const cublasStatus_t status =
+        cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, b, CUDA_R_16BF, n, a, CUDA_R_16BF, n, &beta, c,
+                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cublasGemmEx failed: %d\n", int(status));
+      std::exit(1);
+    }
+  };
+  gemm();
+  WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> runs;
+  for (int i = 0; i < 5; ++i) runs.push_back(timed(stream, gemm));
+  cublasDestroy(blas);
+  for (void* pointer : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c)})
+    WA_BENCH_CUDA(cudaFree(pointer));
+  return double(kFloorGemmSize) * kFloorGemmSize * kFloorGemmSize / median(runs);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,9 +251,17 @@ int main(int argc, char** argv) {
   auto* schedule = static_cast<ScheduleItem*>(device_alloc(size_t(rows) * sizeof(ScheduleItem)));
   auto* error = static_cast<MaskError*>(device_alloc(sizeof(MaskError)));
 
+  auto selected = [&](const Case& bench_case) {
+    return options.cases == "all" || ("," + options.cases + ",").find("," + bench_case.name + ",") != std::string::npos;
+  };
+  // The floor's GEMM rate, measured before the cases (while the layer's buffers wait) when an XAttention case runs.
+  double floor_rate = 0;
+  for (const Case& bench_case : cases())
+    if (selected(bench_case) && bench_case.config.method == MaskMethod::kXAttention && floor_rate == 0)
+      floor_rate = gemm_rate_per_ms(stream);
+
   for (const Case& bench_case : cases()) {
-    if (options.cases != "all" && ("," + options.cases + ",").find("," + bench_case.name + ",") == std::string::npos)
-      continue;
+    if (!selected(bench_case)) continue;
     cuda::MaskGenerator generator(bench_case.config, 1, heads, tokens, d);
     const size_t workspace_bytes = generator.workspace_bytes();
     void* workspace = device_alloc(workspace_bytes);
@@ -229,6 +282,38 @@ int main(int argc, char** argv) {
     WA_BENCH_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> mask_runs;
     for (int i = 0; i < options.iters; ++i) mask_runs.push_back(timed(stream, generate));
+
+    // XAttention: the cuBLAS path on the same inputs (its mask compared with the default run's), and the floor.
+    nlohmann::json estimate = nlohmann::json::object();
+    if (bench_case.config.method == MaskMethod::kXAttention) {
+      std::vector<uint8_t> default_mask(static_cast<size_t>(entries)), cublas_mask(static_cast<size_t>(entries));
+      WA_BENCH_CUDA(cudaMemcpy(default_mask.data(), dense, default_mask.size(), cudaMemcpyDeviceToHost));
+      std::vector<double> cublas_runs;
+      {
+        const cuda::masks::ScopedXAttentionScoring forced(cuda::masks::XAttentionScoring::kBlas);
+        generate();
+        WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+        for (int i = 0; i < options.iters; ++i) cublas_runs.push_back(timed(stream, generate));
+      }
+      WA_BENCH_CUDA(cudaMemcpy(cublas_mask.data(), dense, cublas_mask.size(), cudaMemcpyDeviceToHost));
+      int64_t differing = 0;
+      for (size_t i = 0; i < default_mask.size(); ++i) differing += default_mask[i] != cublas_mask[i];
+      const int stride = bench_case.config.xattention.stride;
+      const double rows = double((tokens + stride - 1) / stride);
+      const double multiply_adds = double(heads) * rows * rows * double(stride) * d;
+      const double floor_ms = multiply_adds / floor_rate;
+      estimate = {{"estimate", cuda::masks::xattention_fused_applies(bench_case.config, d) ? "fused" : "cublas"},
+                  {"cublas_mask_ms", median(cublas_runs)},
+                  {"cublas_mask_ms_runs", cublas_runs},
+                  {"blocks_differing_from_cublas", differing},
+                  {"floor_gemm", "cublas bf16 16384^3, fp32 accumulation, bf16 out"},
+                  {"floor_gemm_tflops", 2 * floor_rate / 1e9},
+                  {"floor_ms", floor_ms},
+                  {"floor_ratio", median(mask_runs) / floor_ms},
+                  {"target_floor_ratio", 1.25}};
+      generate();  // the default path's mask again, for the plan and the attention below
+      WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+    }
 
     std::vector<int64_t> pointers(size_t(rows + 1));
     WA_BENCH_CUDA(cudaMemcpy(pointers.data(), row_ptr, pointers.size() * 8, cudaMemcpyDeviceToHost));
@@ -265,7 +350,7 @@ int main(int argc, char** argv) {
 
     const double mask_ms = median(mask_runs), attention_ms = median(attention_runs);
     const auto [lowest, highest] = std::minmax_element(head_density.begin(), head_density.end());
-    const nlohmann::json line{
+    nlohmann::json line{
         {"bench", "masks"},
         {"case", bench_case.name},
         {"method", to_string(bench_case.config.method)},
@@ -288,6 +373,7 @@ int main(int argc, char** argv) {
         {"mask_share", mask_ms / attention_ms},
         {"target_share", bench_case.target},
         {"meets_target", mask_ms / attention_ms <= bench_case.target}};
+    line.update(estimate);
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
     WA_BENCH_CUDA(cudaFree(attention_workspace));

@@ -8,7 +8,8 @@ take ~10 s to generate, each case ~3 mask runs and 3 attention calls of ~1-4 s.
 Usage: bench/gpu/bench_masks.py BUILD [--out bench/results/h200-masks.json] [--cases NAME,...]
                                 [--frames 401] [--heads 40] [--iters 3] [--attention-iters 2]
 Exit status 1 when the benchmark fails; a case that misses its target is marked MISSED (XAttention at S = 8
-does by construction, see bench_masks.cu) and recorded with meets_target false.
+does by construction, see bench_masks.cu) and recorded with meets_target false. XAttention's rows also print
+its estimate against its FLOP floor (floor_ms, the cuBLAS path's time, the mask's agreement with that path).
 
 The record holds one row per case, each with the commit, date and command of the call that measured it: the
 cases this call ran replace their rows, the other cases keep theirs, so a call with --cases re-measures part
@@ -54,6 +55,13 @@ def main():
         print(f"{run['case']:>16}: density {run['density']:.3f}, mask {run['mask_ms']:8.2f} ms, attention "
               f"{run['attention_ms']:8.1f} ms, share {100 * run['mask_share']:5.2f} % "
               f"(target {100 * run['target_share']:.0f} %{'' if run['meets_target'] else ', MISSED'})")
+        if "floor_ms" in run:
+            ratio = run["floor_ratio"]
+            print(f"{'':>16}  {run['estimate']} estimate: mask {run['mask_ms']:8.2f} ms, cuBLAS path "
+                  f"{run['cublas_mask_ms']:8.2f} ms, floor {run['floor_ms']:8.2f} ms at "
+                  f"{run['floor_gemm_tflops']:.0f} TF/s, mask / floor {ratio:.3f} (target "
+                  f"{run['target_floor_ratio']}{'' if ratio <= run['target_floor_ratio'] else ', MISSED'}), "
+                  f"{run['blocks_differing_from_cublas']} blocks differ from the cuBLAS path's mask")
     record = result_record.make(runs[0]["gpu"] if runs else "unknown",
                                 "bench/gpu/bench_masks.py " + " ".join(sys.argv[1:]))
     previous = json.loads(args.out.read_text())["runs"] if args.out.exists() else []

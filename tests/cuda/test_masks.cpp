@@ -1,8 +1,8 @@
 // The GPU mask generators against their fp64 CPU references on the same 16-bit inputs: every method at 128
 // and 64-token blocks, bf16 and fp16, partial last blocks, the parity flags, padded strides with poisoned
 // padding, batch folding, force_dense, the CSR output, the NaN and inf record, determinism and graph capture;
-// the fused scoring of sampled runs against an fp64 host computation; and the host-side argument checks (which
-// run without a device).
+// the fused scoring of sampled runs against an fp64 host computation; XAttention's fused estimate against its
+// cuBLAS path (the same mask bit for bit); and the host-side argument checks (which run without a device).
 //
 // Tie rule and bound: the GPU scores in fp32 from fp32 GEMM sums, the reference in fp64, so a block whose
 // score or cumulative sum sits within ~1e-6 of its rule's boundary may go either way. For clustered inputs
@@ -225,6 +225,75 @@ TEST(MaskGenerator, XAttentionDifferencesAreNearTies) {
   EXPECT_LE(differing_blocks(gpu.mask, expected), std::max<int64_t>(2, int64_t(kDifferingShare * blocks * blocks * 4)));
 }
 
+// XAttention's fused estimate (sm_90) against its cuBLAS path on the same inputs: the same mask bit for bit,
+// every run the same, and the reference's mask up to the near-tie bound. The cases hold the inputs of the tests
+// above (clustered heads at 1,000, 3,000, 900 and 640 tokens, batch folding, per-head thresholds, bf16 and fp16),
+// and shapes of several tiles: 5,000 tokens are 625 packed rows at S = 8 (five 128-row tiles, the last one
+// partial; three 256-key tiles, the last 113 keys) and 313 at S = 16, and the reference's padding at 5,000 tokens
+// (its 8,192-token chunk) adds 399 zero keys at S = 8: a fourth key tile with logits of 0 and masked ones.
+struct FusedEstimateCase {
+  const char* name;
+  int heads, batch;
+  int64_t tokens;
+  int head_dim, block, stride;
+  ElementType type;
+  bool mask_padded_keys;
+  bool force_first_kblock;
+  uint64_t seed;
+};
+
+class XAttentionFusedEstimate : public ::testing::TestWithParam<FusedEstimateCase> {};
+
+TEST_P(XAttentionFusedEstimate, SameMaskAsTheCublasPath) {
+  WA_REQUIRE_GPU();
+  const FusedEstimateCase c = GetParam();
+  MethodConfig config = config_of(MaskMethod::kXAttention, c.block);
+  config.xattention.stride = c.stride;
+  config.xattention.mask_padded_keys = c.mask_padded_keys;
+  config.xattention.force_first_kblock = c.force_first_kblock;
+  if (c.heads == 3) config.xattention.threshold = {0.9, 0.8, 0.95};
+  if (!masks::xattention_fused_applies(config, c.head_dim))
+    GTEST_SKIP() << "the fused XAttention estimate needs an sm_90 device and the sm_90a build";
+  const QkInputs seen = rounded(clustered_qk(c.heads, c.tokens, c.head_dim, c.seed), c.type);
+  auto run_with = [&](masks::XAttentionScoring scoring) {
+    const masks::ScopedXAttentionScoring forced(scoring);
+    return run_generator(config, seen, c.type, c.batch);
+  };
+  const GpuMask blas = run_with(masks::XAttentionScoring::kBlas);
+  const GpuMask fused = run_with(masks::XAttentionScoring::kFused);
+  const GpuMask again = run_with(masks::XAttentionScoring::kFused);
+  EXPECT_EQ(fused.error.code, int32_t(MaskErrorCode::kNone)) << mask_error_text(fused.error);
+  EXPECT_EQ(blas.error.code, int32_t(MaskErrorCode::kNone)) << mask_error_text(blas.error);
+  EXPECT_GT(fused.mask.density(), 0.0);
+  EXPECT_LT(fused.mask.density(), 1.0) << "a mask that keeps every block compares nothing";
+  EXPECT_EQ(differing_blocks(fused.mask, blas.mask), 0)
+      << "fused density " << fused.mask.density() << ", cuBLAS " << blas.mask.density();
+  EXPECT_TRUE(fused.dense == blas.dense) << "the dense bytes differ";
+  EXPECT_TRUE(again.dense == fused.dense) << "two fused runs differ";
+  EXPECT_EQ(BlockMask::from_csr(fused.csr), fused.mask) << "the CSR is not the dense mask";
+  const BlockMask expected = reference_mask(config, seen.view());
+  const int64_t total = int64_t(expected.heads()) * expected.q_blocks() * expected.kv_blocks();
+  const int64_t differing = differing_blocks(fused.mask, expected);
+  EXPECT_LE(differing, std::max<int64_t>(2, int64_t(kDifferingShare * double(total))))
+      << differing << " of " << total << " blocks differ from the reference";
+  if (differing > 0) std::cout << "[ near-ties ] " << c.name << ": " << differing << " of " << total << " blocks\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, XAttentionFusedEstimate,
+    ::testing::Values(
+        FusedEstimateCase{"clustered_128_bf16", 3, 1, 1000, 64, 128, 8, ElementType::kBf16, true, true, 101},
+        FusedEstimateCase{"clustered_128_fp16", 3, 1, 1000, 64, 128, 8, ElementType::kFp16, true, true, 101},
+        FusedEstimateCase{"clustered_64_bf16", 3, 1, 1000, 64, 64, 8, ElementType::kBf16, true, true, 101},
+        FusedEstimateCase{"clustered_64_fp16", 3, 1, 1000, 64, 64, 8, ElementType::kFp16, true, true, 101},
+        FusedEstimateCase{"near_ties_batch_2", 4, 2, 3000, 64, 64, 8, ElementType::kBf16, true, false, 102},
+        FusedEstimateCase{"reference_padding_s16", 2, 1, 900, 32, 128, 16, ElementType::kBf16, false, true, 103},
+        FusedEstimateCase{"batch_folds", 4, 2, 640, 32, 64, 8, ElementType::kBf16, true, true, 106},
+        FusedEstimateCase{"tiles_s8_d128", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, true, true, 121},
+        FusedEstimateCase{"tiles_s16_d128_fp16", 2, 1, 5000, 128, 128, 16, ElementType::kFp16, true, true, 122},
+        FusedEstimateCase{"tiles_reference_padding", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, false, true, 123}),
+    [](const ::testing::TestParamInfo<FusedEstimateCase>& info) { return std::string(info.param.name); });
+
 TEST(MaskGenerator, ParityFlagsMatchTheReference) {
   WA_REQUIRE_GPU();
   const QkInputs inputs = clustered_qk(2, 900, 32, 103);
@@ -372,44 +441,50 @@ DeviceQk contiguous_qk(const void* q, const void* k, int heads, int64_t tokens, 
   return device;
 }
 
+// FlexPrefill (its side stream) and XAttention (on sm_90 its fused estimate, whose launch encodes TMA
+// descriptors on the host) replay the mask of a direct run.
 TEST(MaskGenerator, GraphCaptureReplaysTheSameMask) {
   WA_REQUIRE_GPU();
   const QkInputs inputs = rounded(clustered_qk(2, 800, 64, 108), ElementType::kBf16);
-  const MethodConfig config = config_of(MaskMethod::kFlexPrefill, 64);
   std::vector<uint16_t> q_bits(inputs.q.size()), k_bits(inputs.k.size());
   for (size_t i = 0; i < q_bits.size(); ++i) {
     q_bits[i] = to_bits(inputs.q[i], ElementType::kBf16);
     k_bits[i] = to_bits(inputs.k[i], ElementType::kBf16);
   }
   const DeviceBuffer q = testing::upload(q_bits), k = testing::upload(k_bits);
-  MaskGenerator generator(config, 1, 2, 800, 64);
-  const int blocks = generator.q_blocks();
-  DeviceBuffer dense(size_t(2) * blocks * blocks), workspace(generator.workspace_bytes()), error(sizeof(MaskError));
-  const DeviceQk device = contiguous_qk(q.get(), k.get(), 2, 800, 64);
-  MaskOutputs outputs;
-  outputs.dense = dense.as<uint8_t>();
-  outputs.error = error.as<MaskError>();
-  cudaStream_t stream;
-  WA_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);  // warm-up: creates the handle
-  WA_CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<uint8_t> direct(dense.bytes());
-  cudaMemcpy(direct.data(), dense.get(), direct.size(), cudaMemcpyDeviceToHost);
-  cudaMemset(dense.get(), 0, dense.bytes());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  WA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);
-  WA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  WA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  WA_CUDA_OK(cudaGraphLaunch(exec, stream));
-  WA_CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<uint8_t> replayed(dense.bytes());
-  cudaMemcpy(replayed.data(), dense.get(), replayed.size(), cudaMemcpyDeviceToHost);
-  EXPECT_EQ(replayed, direct);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  for (MaskMethod method : {MaskMethod::kFlexPrefill, MaskMethod::kXAttention}) {
+    SCOPED_TRACE(to_string(method));
+    const MethodConfig config = config_of(method, 64);
+    MaskGenerator generator(config, 1, 2, 800, 64);
+    const int blocks = generator.q_blocks();
+    DeviceBuffer dense(size_t(2) * blocks * blocks), workspace(generator.workspace_bytes()), error(sizeof(MaskError));
+    const DeviceQk device = contiguous_qk(q.get(), k.get(), 2, 800, 64);
+    MaskOutputs outputs;
+    outputs.dense = dense.as<uint8_t>();
+    outputs.error = error.as<MaskError>();
+    cudaStream_t stream;
+    WA_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);  // warm-up: creates the handle
+    WA_CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint8_t> direct(dense.bytes());
+    cudaMemcpy(direct.data(), dense.get(), direct.size(), cudaMemcpyDeviceToHost);
+    cudaMemset(dense.get(), 0, dense.bytes());
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    generator.run(device, outputs, workspace.get(), workspace.bytes(), stream);
+    WA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    WA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    WA_CUDA_OK(cudaGraphLaunch(exec, stream));
+    WA_CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint8_t> replayed(dense.bytes());
+    cudaMemcpy(replayed.data(), dense.get(), replayed.size(), cudaMemcpyDeviceToHost);
+    EXPECT_EQ(replayed, direct);
+    EXPECT_NE(std::count(direct.begin(), direct.end(), uint8_t(1)), 0) << "an empty mask replays trivially";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
 }
 
 // run() enqueues on the caller's stream's order although its kernels run on the generator's own streams: K

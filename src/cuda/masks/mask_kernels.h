@@ -140,6 +140,26 @@ inline int head_group(int mask_heads, size_t per_head_bytes) {
 
 // ---- the methods (xattention.cu, sparge.cu, minference.cu, flexprefill.cu) ----
 void run_xattention(RunContext& context);
+
+/// How XAttention computes its estimate (xattention.cu). kAuto: the fused wgmma estimate wherever it applies
+/// (xattention_fused_applies), the cuBLAS GEMM and its logits elsewhere; kBlas and kFused force one (a run
+/// forced to kFused where it does not apply throws). Both give the same mask up to near-ties of their fp32 sums.
+enum class XAttentionScoring { kAuto, kBlas, kFused };
+/// Sets the scoring of the XAttention runs that this host thread enqueues while the object lives, and restores
+/// the previous one when it goes (the tests and the benchmark run both paths on the same inputs).
+class ScopedXAttentionScoring {
+ public:
+  explicit ScopedXAttentionScoring(XAttentionScoring scoring);
+  ~ScopedXAttentionScoring();
+  ScopedXAttentionScoring(const ScopedXAttentionScoring&) = delete;
+  ScopedXAttentionScoring& operator=(const ScopedXAttentionScoring&) = delete;
+
+ private:
+  XAttentionScoring previous_;
+};
+/// Whether kAuto takes the fused estimate for `config` at `head_dim` on the current device: the sm_90a kernels
+/// built, an sm_90 device, block / stride 8 or 16 and stride x head_dim a multiple of 64.
+bool xattention_fused_applies(const MethodConfig& config, int head_dim);
 void run_sparge(RunContext& context);
 void run_minference(RunContext& context);
 void run_flexprefill(RunContext& context);

@@ -1,14 +1,34 @@
-// XAttention on the GPU, per head: the strided antidiagonal logits as one GEMM of reshaped rows (queries
-// grouped by S in reverse order, keys in forward order, inner dimension S x d) in chunks of reshaped query
-// rows, an fp32 softmax fused with the per-row key-block masses (one coalesced pass over the logits, one
-// thread block per row), the block scores as sums of those masses, then the per-row cumulative selection.
-// Cost at 363,600 tokens, S = 8, d = 128: 45,450^2 x 1,024 = 2.1 T multiply-adds per head in the GEMM, one
-// read of its 8.3 GB of fp32 logits, and 0.5 GB of row masses written and read (1/16 of the logits).
-// The GEMM's key side is padded with zero rows to a multiple of 128: cuBLAS derives the operand alignment from
-// that dimension, and at 45,450 (2 | n, 4 does not) it runs sm_80 mma.sync kernels at 241 TF/s on the H200,
-// at 22,725 (S = 16, odd) sm_75 kernels at 106 TF/s; padded to 45,568 it runs its sm_90 kernels at 630 TF/s
-// (measured per 2,944-row chunk, fp32 out). The padded logits exist only in the GEMM's output: the row
-// masses read the `columns` the reference has.
+// XAttention on the GPU, per head: the strided antidiagonal logits of reshaped rows (queries grouped by S in
+// reverse order, keys in forward order, inner dimension S x d), each row's fp32 softmax summed per key block,
+// the block scores as sums of those masses over each query block's rows, then the per-row cumulative selection.
+// Two ways to the block scores, chosen in one place (use_fused_estimate):
+//
+// The fused estimate (sm_90, sm90/xattention_sm90.cu). The logits never reach memory: one persistent wgmma
+// kernel scores 128 packed query rows x 256 packed key rows per tile and reduces them in its epilogue to the
+// tile's max per row and the per-row sums of exp2(logit - that max) per key block; a combine kernel then
+// takes, per query block, each row's max and sum over its tiles in a fixed order, the rows' block masses and
+// their sums over the block's rows. At 363,600 tokens, S = 8, d = 128, per head: 45,450^2 x 1,024 = 2.12 T
+// multiply-adds (3.3 ms at cuBLAS's measured 630-670 TF/s on 16,384^3), 0.52 GB of partials written and read
+// once (0.2 ms at ~4.5 TB/s; the logits were 8.3 GB), 0.19 GB of packed rows (0.05 ms). The epilogue's
+// 2.07 G exp2 per head are 0.5 ms of MUFU at 16 a cycle on 132 SMs, hidden behind the other consumer
+// warpgroup's products (xattention_sm90.cu). wgmma, not mma.sync: the mma.sync scoring of the FlexPrefill
+// path issues 64 HMMAs and 16 ldmatrix per warp and 128 x 128 x 128 step and stays issue-bound at a third of the
+// wgmma rate (fused_scores.cu), far from 1.25 x a wgmma GEMM.
+//
+// The cuBLAS path (other devices, and shapes the fused kernel does not take): one GEMM per chunk of reshaped
+// query rows writing fp32 logits, an fp32 softmax fused with the per-row key-block masses (one coalesced pass
+// over the logits, one thread block per row), the block scores as sums of those masses. Cost at 363,600 tokens,
+// S = 8, d = 128: the same 2.1 T multiply-adds per head, one read of its 8.3 GB of fp32 logits, and 0.5 GB of
+// row masses written and read (1/16 of the logits). The GEMM's key side is padded with zero rows to a multiple
+// of 128: cuBLAS derives the operand alignment from that dimension, and at 45,450 (2 | n, 4 does not) it runs
+// sm_80 mma.sync kernels at 241 TF/s on the H200, at 22,725 (S = 16, odd) sm_75 kernels at 106 TF/s; padded to
+// 45,568 it runs its sm_90 kernels at 630 TF/s (measured per 2,944-row chunk, fp32 out). The padded logits exist
+// only in the GEMM's output: the row masses read the `columns` the reference has.
+//
+// Both paths score the same columns: the reference's zero keys past the sequence (mask_padded_keys false) are
+// zero packed key rows, logit 0; columns past `columns` do not exist. They differ in fp32 summation order
+// (the GEMMs' and the softmax sums') and in exp (expf of x - max there, exp2 of log2(e) x scale x the product
+// minus the max here), so their masks agree up to near-ties of the fp32 scores (the GPU tests compare them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +40,8 @@
 #include "cuda/masks/finite.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
+#include "cuda/masks/xattention_sm90.h"
+#include "wavealign/error.h"
 
 namespace wavealign::cuda::masks {
 namespace {
@@ -27,6 +49,13 @@ namespace {
 constexpr int kThreads = 256;
 // The GEMM's key count is a multiple of this (see the top of the file: cuBLAS's kernel choice).
 constexpr int64_t kGemmKeyMultiple = 128;
+constexpr double kLog2e = 1.4426950408889634;
+
+#if defined(WAVEALIGN_HAS_SM90_KERNELS)
+constexpr bool kFusedEstimateBuilt = true;
+#else
+constexpr bool kFusedEstimateBuilt = false;
+#endif
 
 struct Shape {
   int64_t rows = 0;         // reshaped queries = valid reshaped keys: ceil(tokens / S)
@@ -36,6 +65,7 @@ struct Shape {
   int per_block = 0;        // reshaped rows (and columns) per block: block / S
   int score_columns = 0;    // key blocks of the block scores (virtual ones past the mask with the padding)
   int64_t chunk_rows = 0;   // reshaped query rows per GEMM chunk, a multiple of per_block
+  int width = 0;            // S x d: the reshaped rows' length
 };
 
 Shape shape_of(const RunContext& context) {
@@ -52,7 +82,88 @@ Shape shape_of(const RunContext& context) {
   const int64_t all_rows = int64_t(context.blocks) * shape.per_block;
   shape.chunk_rows =
       std::min(all_rows, std::max<int64_t>(shape.per_block, fitting / shape.per_block * shape.per_block));
+  shape.width = options.stride * context.qk.head_dim;
   return shape;
+}
+
+/// The fused estimate's tiles: packed query rows up to whole 128-row tiles, packed key rows (zero past the
+/// valid ones) up to whole 256-key tiles over `columns`.
+struct FusedShape {
+  int64_t query_rows = 0;
+  int key_tiles = 0;
+  int64_t key_rows = 0;
+  int tile_blocks = 0;  // key blocks per key tile: 256 / per_block
+};
+
+FusedShape fused_shape_of(const Shape& shape) {
+  FusedShape fused;
+  fused.query_rows = (shape.rows + kXAttentionTileRows - 1) / kXAttentionTileRows * kXAttentionTileRows;
+  fused.key_tiles = int((shape.columns + kXAttentionTileKeys - 1) / kXAttentionTileKeys);
+  fused.key_rows = int64_t(fused.key_tiles) * kXAttentionTileKeys;
+  fused.tile_blocks = kXAttentionTileKeys / shape.per_block;
+  return fused;
+}
+
+/// The shapes the fused kernel takes (its epilogue's key blocks are whole column pairs of a quad, 8 or 16 packed
+/// keys; its stages are 64 values of the packed width), whatever the device.
+bool fused_shape_applies(const MethodConfig& config, int head_dim) {
+  const int stride = config.xattention.stride, per_block = config.block / stride;
+  return kFusedEstimateBuilt && (per_block == 8 || per_block == 16) &&
+         (stride * head_dim) % kXAttentionWidthMultiple == 0;
+}
+
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  WA_CUDA_CHECK(cudaGetDevice(&device));
+  WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+thread_local XAttentionScoring forced_scoring = XAttentionScoring::kAuto;
+
+/// The one place the run picks its estimate (the top comment; xattention_fused_applies).
+bool use_fused_estimate(const RunContext& context) {
+  if (forced_scoring == XAttentionScoring::kBlas) return false;
+  const bool applies = xattention_fused_applies(context.config, context.qk.head_dim);
+  WA_CHECK(applies || forced_scoring != XAttentionScoring::kFused,
+           "the fused XAttention estimate was forced where it does not apply (it needs the sm_90a build, an sm_90 "
+           "device, block / stride 8 or 16 and stride x head_dim a multiple of 64)");
+  return applies;
+}
+
+/// The cuBLAS path's buffers.
+struct BlasBuffers {
+  uint16_t* keys = nullptr;     // [gemm_keys, width]
+  uint16_t* queries = nullptr;  // [chunk_rows, width]
+  float* logits = nullptr;      // [chunk_rows, ld]
+  float* mass = nullptr;        // [chunk_rows, score_columns]
+};
+
+BlasBuffers carve_blas(WorkspaceCarver& workspace, const Shape& shape) {
+  BlasBuffers buffers;
+  buffers.keys = workspace.take<uint16_t>(size_t(shape.gemm_keys) * shape.width);
+  buffers.queries = workspace.take<uint16_t>(size_t(shape.chunk_rows) * shape.width);
+  buffers.logits = workspace.take<float>(size_t(shape.chunk_rows) * shape.ld);
+  buffers.mass = workspace.take<float>(size_t(shape.chunk_rows) * shape.score_columns);
+  return buffers;
+}
+
+/// The fused path's buffers.
+struct FusedBuffers {
+  uint16_t* keys = nullptr;     // [key_rows, width]
+  uint16_t* queries = nullptr;  // [query_rows, width]
+  float* tile_max = nullptr;    // [query_rows, key_tiles]
+  float* block_sums = nullptr;  // [query_rows, key_tiles x tile_blocks]
+};
+
+FusedBuffers carve_fused(WorkspaceCarver& workspace, const Shape& shape, const FusedShape& fused) {
+  FusedBuffers buffers;
+  buffers.keys = workspace.take<uint16_t>(size_t(fused.key_rows) * shape.width);
+  buffers.queries = workspace.take<uint16_t>(size_t(fused.query_rows) * shape.width);
+  buffers.tile_max = workspace.take<float>(size_t(fused.query_rows) * fused.key_tiles);
+  buffers.block_sums = workspace.take<float>(size_t(fused.query_rows) * fused.key_tiles * fused.tile_blocks);
+  return buffers;
 }
 
 // packed[i, t * d + c] = x[token(i, t), c], token(i, t) = i * S + (reverse ? S - 1 - t : t); 0 past the end.
@@ -160,53 +271,182 @@ __global__ void block_scores_kernel(const float* __restrict__ mass, int64_t chun
   scores[(first_block + I) * score_columns + J] = sum;
 }
 
+constexpr int kCombineThreads = 256;
 
-}  // namespace
+// The fused path's block scores of query block I = blockIdx.x, from its rows' partials (xattention_sm90.h): per
+// row r (a warp each), the row max M over its tiles' maxima, the factors f_T = exp2(max_T - M) and the row sum
+// Z = sum over tiles T, ascending, of f_T x (the tile's block sums, in order), each warp's lanes striding the
+// tiles and then a fixed butterfly; then score (I, J) = sum over the rows, in row order, of sums[r, J] x f_T(J)
+// x (1 / Z), one thread per key block. The rows are I P .. min(rows, (I + 1) P) - 1, at least one.
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_partials_kernel(const float* __restrict__ tile_max, const float* __restrict__ block_sums, int key_tiles,
+                            int tile_blocks, int64_t rows, int per_block, int score_columns,
+                            float* __restrict__ scores) {
+  extern __shared__ float shared[];
+  float* factors = shared;                               // [per_block, key_tiles]
+  float* inverses = shared + per_block * key_tiles;      // [per_block]
+  const int64_t first = int64_t(blockIdx.x) * per_block;
+  const int count = int(min(int64_t(per_block), rows - first));
+  const int64_t block_stride = int64_t(key_tiles) * tile_blocks;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  // The row loops' bounds are uniform over the warp, so every lane reaches the reductions.
+  for (int r = warp; r < count; r += kCombineThreads / 32) {
+    const float* maxima = tile_max + (first + r) * key_tiles;
+    const float* sums = block_sums + (first + r) * block_stride;
+    float top = -INFINITY;
+    for (int T = lane; T < key_tiles; T += 32) top = fmaxf(top, maxima[T]);
+    top = warp_reduce(top, MaxOp{});
+    float total = 0;
+    for (int T = lane; T < key_tiles; T += 32) {
+      const float factor = exp2f(maxima[T] - top);
+      factors[r * key_tiles + T] = factor;
+      const int valid = min(tile_blocks, score_columns - T * tile_blocks);
+      float tile_total = 0;
+      for (int b = 0; b < valid; ++b) tile_total += sums[T * tile_blocks + b];
+      total += tile_total * factor;
+    }
+    total = warp_reduce(total, SumOp{});
+    if (lane == 0) inverses[r] = 1.0f / total;
+  }
+  __syncthreads();
+  float* out = scores + int64_t(blockIdx.x) * score_columns;
+  for (int J = threadIdx.x; J < score_columns; J += kCombineThreads) {
+    const int T = J / tile_blocks;
+    float score = 0;
+    for (int r = 0; r < count; ++r)
+      score += block_sums[(first + r) * block_stride + J] * factors[r * key_tiles + T] * inverses[r];
+    out[J] = score;
+  }
+}
 
-void run_xattention(RunContext& context) {
+/// The cuBLAS path's block scores of head m: the packed keys once, then per chunk of reshaped query rows the
+/// packed queries, their logits, the row masses and the chunk's query blocks' scores.
+void score_head_blas(const RunContext& context, const Shape& shape, const BlasBuffers& buffers, int m,
+                     float* scores) {
   const XAttentionOptions& options = context.config.xattention;
   const QkLayout& qk = context.qk;
-  const Shape shape = shape_of(context);
-  const int width = options.stride * qk.head_dim;
-  const int blocks = context.blocks;
-  uint16_t* keys = context.workspace->take<uint16_t>(size_t(shape.gemm_keys) * width);
-  uint16_t* queries = context.workspace->take<uint16_t>(size_t(shape.chunk_rows) * width);
-  float* logits = context.workspace->take<float>(size_t(shape.chunk_rows) * shape.ld);
-  float* mass = context.workspace->take<float>(size_t(shape.chunk_rows) * shape.score_columns);
-  float* scores = context.workspace->take<float>(size_t(blocks) * shape.score_columns);
-  if (context.measuring) return;
-
+  const int width = shape.width;
   const size_t shared_bytes = size_t(2) * shape.score_columns * sizeof(float);
+  const float alpha = float(context.scale / options.stride);
+  const int group = methods::xattention_lanes(shape.per_block).group;
+  pack_kernel<<<grid_for(shape.gemm_keys * width, kThreads), kThreads, 0, context.stream>>>(
+      qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.gemm_keys,
+      buffers.keys, context.finite_check(true), m);
+  WA_CUDA_CHECK(cudaGetLastError());
+  for (int64_t first = 0; first < shape.rows; first += shape.chunk_rows) {
+    const int64_t rows = std::min(shape.chunk_rows, shape.rows - first);
+    pack_kernel<<<grid_for(rows * width, kThreads), kThreads, 0, context.stream>>>(
+        qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, first, rows, buffers.queries,
+        context.finite_check(false), m);
+    WA_CUDA_CHECK(cudaGetLastError());
+    gemm_16bit_nt(context.blas, qk.element_type, rows, shape.gemm_keys, width, alpha, buffers.queries, width, 0,
+                  buffers.keys, width, 0, buffers.logits, shape.ld, 0, 1);
+    row_mass_kernel<<<unsigned(rows), kRowThreads, shared_bytes, context.stream>>>(
+        buffers.logits, shape.ld, shape.rows, shape.columns, shape.per_block, shape.score_columns, group,
+        buffers.mass);
+    WA_CUDA_CHECK(cudaGetLastError());
+    const int64_t query_blocks = (rows + shape.per_block - 1) / shape.per_block;
+    block_scores_kernel<<<grid_for(query_blocks * shape.score_columns, kThreads), kThreads, 0, context.stream>>>(
+        buffers.mass, rows, shape.per_block, shape.score_columns, first / shape.per_block, query_blocks, scores);
+    WA_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+/// The fused path's block scores of head m: both packings whole (zero rows up to the tiles), the estimate, the
+/// combine.
+void score_head_fused(const RunContext& context, const Shape& shape, const FusedShape& fused,
+                      const FusedBuffers& buffers, int m, float* scores) {
+  const XAttentionOptions& options = context.config.xattention;
+  const QkLayout& qk = context.qk;
+  const int width = shape.width;
+  pack_kernel<<<grid_for(fused.key_rows * width, kThreads), kThreads, 0, context.stream>>>(
+      qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, fused.key_rows,
+      buffers.keys, context.finite_check(true), m);
+  WA_CUDA_CHECK(cudaGetLastError());
+  pack_kernel<<<grid_for(fused.query_rows * width, kThreads), kThreads, 0, context.stream>>>(
+      qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, 0, fused.query_rows,
+      buffers.queries, context.finite_check(false), m);
+  WA_CUDA_CHECK(cudaGetLastError());
+  XAttentionSm90Params params;
+  params.element_type = qk.element_type;
+  params.queries = buffers.queries;
+  params.keys = buffers.keys;
+  params.query_rows = fused.query_rows;
+  params.key_rows = fused.key_rows;
+  params.width = width;
+  params.columns = shape.columns;
+  params.key_tiles = fused.key_tiles;
+  params.per_block = shape.per_block;
+  params.scale_log2 = float(context.scale / options.stride * kLog2e);
+  params.tile_max = buffers.tile_max;
+  params.block_sums = buffers.block_sums;
+#if defined(WAVEALIGN_HAS_SM90_KERNELS)
+  launch_xattention_estimate_sm90(params, context.stream);
+#else
+  (void)params;
+  throw Error("the fused XAttention estimate is not built (no sm_90a kernels in this build)");
+#endif
+  const size_t shared_bytes = size_t(shape.per_block) * (fused.key_tiles + 1) * sizeof(float);
+  combine_partials_kernel<<<unsigned(context.blocks), kCombineThreads, shared_bytes, context.stream>>>(
+      buffers.tile_max, buffers.block_sums, fused.key_tiles, fused.tile_blocks, shape.rows, shape.per_block,
+      shape.score_columns, scores);
+  WA_CUDA_CHECK(cudaGetLastError());
+}
+
+/// Raises `kernel`'s dynamic shared memory to `bytes`, or throws InvalidArgument ("tokens") where the device
+/// has less: `what` says which sums need it.
+template <class Kernel>
+void reserve_shared(Kernel kernel, size_t bytes, const char* what) {
   int device = 0, shared_limit = 0;
   WA_CUDA_CHECK(cudaGetDevice(&device));
   WA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  WA_CHECK_ARG(shared_bytes + 64 * sizeof(float) <= size_t(shared_limit), "tokens",
-               "too long for XAttention's block sums on this device: ", shape.score_columns,
-               " key blocks need ", shared_bytes, " bytes of shared memory, the limit is ", shared_limit);
-  WA_CUDA_CHECK(cudaFuncSetAttribute(row_mass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(shared_bytes)));
-  const float alpha = float(context.scale / options.stride);
-  const int group = methods::xattention_lanes(shape.per_block).group;
+  WA_CHECK_ARG(bytes + 64 * sizeof(float) <= size_t(shared_limit), "tokens", "too long for XAttention's ", what,
+               " on this device: they need ", bytes, " bytes of shared memory, the limit is ", shared_limit);
+  WA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+}  // namespace
+
+ScopedXAttentionScoring::ScopedXAttentionScoring(XAttentionScoring scoring) : previous_(forced_scoring) {
+  forced_scoring = scoring;
+}
+
+ScopedXAttentionScoring::~ScopedXAttentionScoring() { forced_scoring = previous_; }
+
+bool xattention_fused_applies(const MethodConfig& config, int head_dim) {
+  return fused_shape_applies(config, head_dim) && device_is_sm90();
+}
+
+void run_xattention(RunContext& context) {
+  const XAttentionOptions& options = context.config.xattention;
+  const Shape shape = shape_of(context);
+  const FusedShape fused = fused_shape_of(shape);
+  const int blocks = context.blocks;
+  float* scores = context.workspace->take<float>(size_t(blocks) * shape.score_columns);
+  // One region serves whichever path the run takes (the choice needs the device; measuring has none).
+  WorkspaceCarver blas_size(nullptr), fused_size(nullptr);
+  carve_blas(blas_size, shape);
+  if (fused_shape_applies(context.config, context.qk.head_dim)) carve_fused(fused_size, shape, fused);
+  uint8_t* region = context.workspace->take<uint8_t>(std::max(blas_size.used(), fused_size.used()));
+  if (context.measuring) return;
+
+  WorkspaceCarver paths(region);
+  const bool fused_estimate = use_fused_estimate(context);
+  BlasBuffers blas_buffers;
+  FusedBuffers fused_buffers;
+  if (fused_estimate) {
+    fused_buffers = carve_fused(paths, shape, fused);
+    reserve_shared(combine_partials_kernel, size_t(shape.per_block) * (fused.key_tiles + 1) * sizeof(float),
+                   "row partials");
+  } else {
+    blas_buffers = carve_blas(paths, shape);
+    reserve_shared(row_mass_kernel, size_t(2) * shape.score_columns * sizeof(float), "block sums");
+  }
   for (int m = 0; m < context.mask_heads; ++m) {
-    pack_kernel<<<grid_for(shape.gemm_keys * width, kThreads), kThreads, 0, context.stream>>>(
-        qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, shape.gemm_keys, keys,
-        context.finite_check(true), m);
-    WA_CUDA_CHECK(cudaGetLastError());
-    for (int64_t first = 0; first < shape.rows; first += shape.chunk_rows) {
-      const int64_t rows = std::min(shape.chunk_rows, shape.rows - first);
-      pack_kernel<<<grid_for(rows * width, kThreads), kThreads, 0, context.stream>>>(
-          qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, first, rows, queries,
-          context.finite_check(false), m);
-      WA_CUDA_CHECK(cudaGetLastError());
-      gemm_16bit_nt(context.blas, qk.element_type, rows, shape.gemm_keys, width, alpha, queries, width, 0, keys,
-                    width, 0, logits, shape.ld, 0, 1);
-      row_mass_kernel<<<unsigned(rows), kRowThreads, shared_bytes, context.stream>>>(
-          logits, shape.ld, shape.rows, shape.columns, shape.per_block, shape.score_columns, group, mass);
-      WA_CUDA_CHECK(cudaGetLastError());
-      const int64_t query_blocks = (rows + shape.per_block - 1) / shape.per_block;
-      block_scores_kernel<<<grid_for(query_blocks * shape.score_columns, kThreads), kThreads, 0, context.stream>>>(
-          mass, rows, shape.per_block, shape.score_columns, first / shape.per_block, query_blocks, scores);
-      WA_CUDA_CHECK(cudaGetLastError());
+    if (fused_estimate) {
+      score_head_fused(context, shape, fused, fused_buffers, m, scores);
+    } else {
+      score_head_blas(context, shape, blas_buffers, m, scores);
     }
     uint8_t* head_mask = context.dense + int64_t(m) * blocks * blocks;
     SelectParams select;
