@@ -14,9 +14,9 @@
 // reachable at S = 8 or S = 16 on the bf16 tensor cores: it needs S >= 32 (3.9 % before the logits), or a
 // fused estimate that keeps the logits on chip and an fp8 GEMM. The cases below measure S = 8 and S = 16.
 // XAttention's rows also carry its FLOP floor: floor_ms = heads x rows^2 x S d multiply-adds (rows = ceil(L / S))
-// at the bf16 GEMM rate that cuBLAS reaches on 16,384^3 in this process (warm, median of 5), the time of the
-// cuBLAS path (cublas_mask_ms, forced through masks::ScopedXAttentionScoring), which estimate the default run
-// took, and how many blocks of the layer's mask the two paths disagree on.
+// at the bf16 GEMM rate that cuBLAS reaches on 16,384^3 in this process (random operands, after 2 s of warm-up,
+// median of 5), the time of the cuBLAS path (cublas_mask_ms, forced through masks::ScopedXAttentionScoring),
+// which estimate the default run took, and how many blocks of the layer's mask the two paths disagree on.
 // SpargeAttn (5,682 x 2,841 x 128 fp32 pooled products, 2 x 93 MB of Q/K read once per head), MInference
 // (64 x L x d per head) and FlexPrefill (512 x L x d per head, plus the 2,841^2 pooled map) are far below
 // their targets in FLOPs; their cost is the selections and the passes over the sampled logits.
@@ -168,16 +168,30 @@ void* device_alloc(size_t bytes) {
 // The GEMM of the floor: bf16 A and B, fp32 accumulation, bf16 C, all 16,384 x 16,384.
 constexpr long kFloorGemmSize = 16384;
 
-// Multiply-adds per millisecond of cuBLAS's bf16 GEMM on 16,384^3 on `stream`: one warm-up call, then the
+// Operands of the floor's GEMM: uniform bf16 in [-1, 1) from a hash of the index. Constant operands (the first
+// version, a memset) toggle few bits and draw little power: the GEMM then ran at boost clocks, 927 TF/s, where
+// random operands hold the board at its power cap like the estimate's own data (cuBLAS ~670 TF/s).
+__global__ void fill_random_bf16(__nv_bfloat16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16(float(h >> 8) * (2.f / 16777216.f) - 1.f);
+  }
+}
+
+// Multiply-adds per millisecond of cuBLAS's bf16 GEMM on 16,384^3 on `stream`, in the power-capped steady state
+// the estimate runs in: calls until 2 s of GEMM time have passed (the cap engages within ~100-300 ms), then the
 // median of 5 timed calls.
 double gemm_rate_per_ms(cudaStream_t stream) {
   const size_t elements = size_t(kFloorGemmSize) * kFloorGemmSize;
   auto* a = static_cast<__nv_bfloat16*>(device_alloc(elements * 2));
   auto* b = static_cast<__nv_bfloat16*>(device_alloc(elements * 2));
   auto* c = static_cast<__nv_bfloat16*>(device_alloc(elements * 2));
-  // Any finite values do: 0x3C00 is bf16 2^-7, so the sums stay far from overflow.
-  WA_BENCH_CUDA(cudaMemsetAsync(a, 0x3C, elements * 2, stream));
-  WA_BENCH_CUDA(cudaMemsetAsync(b, 0x3C, elements * 2, stream));
+  fill_random_bf16<<<1024, 256, 0, stream>>>(a, elements, 1u);
+  fill_random_bf16<<<1024, 256, 0, stream>>>(b, elements, 2u);
+  WA_BENCH_CUDA(cudaGetLastError());
   cublasHandle_t blas = nullptr;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas, stream) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "cublasCreate failed\n");
@@ -194,8 +208,7 @@ double gemm_rate_per_ms(cudaStream_t stream) {
       std::exit(1);
     }
   };
-  gemm();
-  WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+  for (double warm_ms = 0; warm_ms < 2000;) warm_ms += timed(stream, gemm);
   std::vector<double> runs;
   for (int i = 0; i < 5; ++i) runs.push_back(timed(stream, gemm));
   cublasDestroy(blas);

@@ -95,9 +95,10 @@ void attend_row(const Operands& x, int entry, int64_t row, std::span<const int32
     // Keys past the sequence end give P = 0 outright: ex2(-inf * f) would be NaN for f = 0 (an all-zero q row).
     for (int c = 0; c < kBlock; ++c) p[c] = c < valid ? ex2(std::fma(scores[c], f, -bias)) : 0.0f;
     for (int t = 0; t < kQuad; ++t) {
-      float sum = 0.0f;
-      for (int j = 0; j < kSlots; ++j) sum += p[slot_column(j, t)];
-      l[t] = std::fma(l[t], factor, sum);
+      // The kernel's 4 interleaved partial sums over the thread's slots (sm90_int8/softmax.cuh, accumulate).
+      std::array<float, 4> chain{};
+      for (int j = 0; j < kSlots; ++j) chain[size_t(j % 4)] += p[slot_column(j, t)];
+      l[t] = std::fma(l[t], factor, (chain[0] + chain[1]) + (chain[2] + chain[3]));
     }
     std::fill(block_acc.begin(), block_acc.end(), 0.0);
     for (int c = 0; c < valid; ++c) {
