@@ -8,7 +8,8 @@ the 8-bit kernel) gives apply()'s output bit for bit and runs the mask method on
 arguments name the argument as the caller wrote it. Context parallelism: diffusers' own
 `enable_parallelism(ContextParallelConfig(ulysses_degree=2))` on 2 gloo processes gives the one-process output
 bit for bit, through the backend and through apply (the mask method sees the rank's head over the whole
-sequence), and ring is refused naming ring_degree. On CUDA (skipped without one): the fused kernel and FA4
+sequence), ring is refused naming ring_degree, and examples/wan_context_parallel.py (WanPipeline, torchrun)
+gives the one-process latents. On CUDA (skipped without one): the fused kernel and FA4
 through the backend equal apply's output bit for bit.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import pathlib
+import subprocess
 import sys
 import time
 import types
@@ -401,6 +403,16 @@ def test_under_ulysses_the_mask_method_sees_the_rank_s_head_over_the_whole_seque
 def test_ring_context_parallelism_is_refused_naming_ring_degree(cp_runs):
     for rank in (0, 1):
         assert cp_runs[rank]["ring"].startswith("invalid argument 'ring_degree': is 2")
+
+
+@pytest.mark.parametrize("method", ["pooled", "xattention"])
+def test_the_context_parallel_example_runs_on_two_cpu_processes(method):
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(EXAMPLES / "wan_context_parallel.py"), "--device", "cpu", "--method", method],
+                            capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"2 ranks, 4 heads, {method} mask" in result.stdout and "finite: True" in result.stdout
+    assert "max |context parallel - one process| = 0\n" in result.stdout
 
 
 # ---- CUDA ---------------------------------------------------------------------------------------------------
