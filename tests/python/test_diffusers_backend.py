@@ -5,10 +5,11 @@ precision="int8"): the name "wavealign" is registered the way diffusers' dispatc
 second registration; `attention_backend("wavealign")` with `BackendOptions` (a named mask method, a callable,
 the 8-bit kernel) gives apply()'s output bit for bit and runs the mask method on self-attention only;
 `set_attention_backend` with `set_backend_options`; apply's processors call the registered backend; bad
-arguments name the argument as the caller wrote it. Context parallelism: diffusers' own
+arguments name the argument as the caller wrote it; a compiled model runs the backend in one graph and reads
+the options when it runs. Context parallelism: diffusers' own
 `enable_parallelism(ContextParallelConfig(ulysses_degree=2))` on 2 gloo processes gives the one-process output
-bit for bit, through the backend and through apply (the mask method sees the rank's head over the whole
-sequence), ring is refused naming ring_degree, and examples/wan_context_parallel.py (WanPipeline, torchrun)
+bit for bit, through the backend and through apply, enabled before or after it (the mask method sees the
+rank's head over the whole sequence), ring is refused naming ring_degree, and examples/wan_context_parallel.py (WanPipeline, torchrun)
 gives the one-process latents. On CUDA (skipped without one): the fused kernel and FA4
 through the backend equal apply's output bit for bit.
 """
@@ -204,6 +205,22 @@ def test_nested_options_and_set_attention_backend_with_default_options(clean, in
     assert torch.equal(run(clean, inputs), expected)
 
 
+def test_a_compiled_model_runs_the_backend_in_one_graph_with_the_options_of_each_call(clean, inputs):
+    with attention_backend("wavealign"):
+        with wd.BackendOptions(pooled, **SPARSE):
+            eager = run(clean, inputs)
+            torch._dynamo.reset()
+            explanation = torch._dynamo.explain(clean)(*inputs, return_dict=False)
+        assert explanation.graph_count == 1 and explanation.graph_break_count == 0, explanation.break_reasons
+        compiled = torch.compile(clean, backend="aot_eager", fullgraph=True)
+        with torch.no_grad():
+            with wd.BackendOptions(pooled, **SPARSE):
+                assert torch.equal(compiled(*inputs, return_dict=False)[0], eager)
+            with wd.BackendOptions("dense"):       # read when the op runs: the same graph, dense calls
+                assert torch.equal(compiled(*inputs, return_dict=False)[0], run(clean, inputs))
+    torch._dynamo.reset()
+
+
 def test_a_call_without_options_says_how_to_give_them(clean, inputs):
     with attention_backend("wavealign"), pytest.raises(RuntimeError, match=r"BackendOptions\(method"):
         run(clean, inputs)
@@ -292,7 +309,8 @@ def test_fa4_is_the_kernel_the_options_name():
 
 # "anything": diffusers' ulysses_anything exchange (its all-to-alls of any shard length). The shards are even
 # here: gloo's all-gather, which gathers the output shards, takes equal sizes only.
-CP_CASES = ("named", "callable", "int8", "apply", "anything")
+# "apply-first": apply, then enable_parallelism on the transformer with apply's processors.
+CP_CASES = ("named", "callable", "int8", "apply", "apply-first", "anything")
 
 
 def cp_case(name: str):
@@ -306,13 +324,14 @@ def cp_case(name: str):
     if name == "int8":
         return INT8_CONFIG, INT8_LATENT, int8_pooled, dict(block_size=INT8_BLOCK, skip="never",
                                                            precision="int8"), "backend"
-    return wan_t2v.TINY, LATENT, Recording(pooled), dict(dense_layers=[0], **SPARSE), "apply"
+    return wan_t2v.TINY, LATENT, Recording(pooled), dict(dense_layers=[0], **SPARSE), name
 
 
 def run_route(model, inputs, method, options, route):
     """The model's output through apply, or through the backend (set on the model, or by attention_backend)."""
-    if route == "apply":
-        wd.apply(model, method, **options)
+    if route.startswith("apply"):
+        if getattr(model, "_wavealign_sparse_attention", None) is None:
+            wd.apply(model, method, **options)
         return run(model, inputs)
     with attention_backend("wavealign"), wd.BackendOptions(method, **options):
         return run(model, inputs)
@@ -340,6 +359,8 @@ def cp_worker(rank: int, world: int, port: int, folder: str) -> None:
             model = build(config)
             if route == "backend":
                 model.set_attention_backend("wavealign")
+            if route == "apply-first":
+                wd.apply(model, method, **options)
             model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=world,
                                                                   ulysses_anything=name == "anything"))
             results[name] = run_route(model, inputs, method, options, route)
@@ -393,9 +414,9 @@ def test_ulysses_on_two_processes_equals_one_process_bit_for_bit(cp_runs, case):
         assert torch.equal(cp_runs[rank][case], expected), f"rank {rank}"
 
 
-@pytest.mark.parametrize("case", ["callable", "apply", "anything"])
+@pytest.mark.parametrize("case", ["callable", "apply", "apply-first", "anything"])
 def test_under_ulysses_the_mask_method_sees_the_rank_s_head_over_the_whole_sequence(cp_runs, case):
-    sparse_layers = 1 if case == "apply" else 2                 # apply's case keeps layer 0 dense
+    sparse_layers = 1 if case.startswith("apply") else 2        # apply's cases keep layer 0 dense
     for rank in (0, 1):
         assert cp_runs[rank][f"{case}-shapes"] == [(1, 1, 192, 32)] * sparse_layers
 
