@@ -33,8 +33,8 @@ through diffusers' dispatcher, telling it its layer: the handle adds dense warm-
 across steps, the step's timings and `on_plan`. WanPipeline wraps each transformer call in
 `transformer.cache_context("cond" | "uncond", step_index=i, ...)`; the handle reads that context (the step
 index and the branch name) through a diffusers hook on the transformer. A loop that does not say the step
-calls `handle.set_step(i)` (and, to tell CFG branches apart, `branch=`). diffusers and torch are imported only
-here.
+calls `handle.set_step(i)` (and, to tell CFG branches apart, `branch=`). Of the package, only this module
+imports diffusers (on import, to register the backend, when diffusers is installed).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ arguments name the argument as the caller wrote it; a compiled model runs the ba
 the options when it runs. Context parallelism: diffusers' own
 `enable_parallelism(ContextParallelConfig(ulysses_degree=2))` on 2 gloo processes gives the one-process output
 bit for bit, through the backend and through apply, enabled before or after it (the mask method sees the
-rank's head over the whole sequence), ring is refused naming ring_degree, and examples/wan_context_parallel.py (WanPipeline, torchrun)
-gives the one-process latents. On CUDA (skipped without one): the fused kernel and FA4
-through the backend equal apply's output bit for bit.
+rank's head over the whole sequence), ring is refused naming ring_degree, and
+examples/wan_context_parallel.py (WanPipeline, torchrun) gives the one-process latents. On CUDA (skipped
+without one): the fused kernel and FA4 through the backend equal apply's output bit for bit.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torc
 
 import torch.multiprocessing  # noqa: E402
 from diffusers import ContextParallelConfig  # noqa: E402
-from diffusers.models import attention_dispatch  # noqa: E402
 from diffusers.models.attention_dispatch import (AttentionBackendName, _AttentionBackendRegistry,  # noqa: E402
                                                  attention_backend, dispatch_attention_fn)
 
@@ -132,7 +131,8 @@ def test_wavealign_is_registered_the_way_the_dispatcher_reads_it():
     assert "wavealign" in {name.value for name in AttentionBackendName.__members__.values()}
     assert _AttentionBackendRegistry._backends[member] is wd._wavealign_attention
     assert _AttentionBackendRegistry._is_context_parallel_available(member)
-    assert {"query", "key", "value", "scale", "_parallel_config"} <= _AttentionBackendRegistry._supported_arg_names[member]
+    arguments = _AttentionBackendRegistry._supported_arg_names[member]
+    assert {"query", "key", "value", "scale", "_parallel_config"} <= arguments
     # diffusers' own members are untouched: iterating the enum lists them alone, and they still resolve
     assert member not in list(AttentionBackendName)
     assert AttentionBackendName("native") is AttentionBackendName.NATIVE
