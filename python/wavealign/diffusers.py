@@ -1,30 +1,45 @@
-"""wavealign inside diffusers' Wan2.1 transformer: block-sparse self-attention in WaveAlign order.
+"""wavealign inside diffusers: block-sparse self-attention in WaveAlign order, as a diffusers attention backend.
 
-    import wavealign.diffusers
+Three routes, one implementation (docs/diffusers.md):
 
-    handle = wavealign.diffusers.apply(pipe.transformer, method="xattention", backend="wavealign",
-                                       dense_steps=10, dense_layers=1, timing=True)
+    import wavealign.diffusers as wd
+
+    # 1. one call: the processors of every block's self-attention, with dense warm-up steps/layers and timings
+    handle = wd.apply(pipe.transformer, method="xattention", backend="wavealign", dense_steps=10, timing=True)
     latents = pipe(prompt_embeds=..., negative_prompt_embeds=..., output_type="latent").frames
-    for row in handle.step_times():
-        print(row)                          # per step and branch: mask, plan and attention ms
-    wavealign.diffusers.remove(pipe.transformer)
+    wd.remove(pipe.transformer)
+
+    # 2. diffusers' own switch: the attention backend "wavealign", with the options of the calls it runs
+    from diffusers.models.attention_dispatch import attention_backend
+    with attention_backend("wavealign"), wd.BackendOptions("xattention", precision="int8"):
+        latents = pipe(...).frames
+
+    # 3. several GPUs: diffusers' context parallelism (Ulysses) runs the backend on each rank's heads
+    pipe.transformer.set_attention_backend("wavealign")
+    pipe.transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=2))
+
+Importing this module registers "wavealign" with diffusers' attention dispatcher (`register_backend`). Each
+call the backend makes sparse runs the mask method on the q and k it receives ([B, H, L, d] views), plans the
+mask (on the GPU for a CUDA mask) and runs the kernel in plan order (`BackendOptions`); calls it cannot make
+sparse (cross-attention: the key's length differs from the query's) run diffusers' "native" backend. Under
+diffusers' Ulysses context parallelism the backend receives the rank's H/P heads over the whole sequence after
+the all-to-all, so the mask is computed for those heads only and the result equals one process's.
 
 `apply` swaps the processor of every block's self-attention (`attn1`) of a `WanTransformer3DModel` (or of an
 `LTXVideoTransformer3DModel`: LTX-Video's norms across heads and its RoPE); the cross-attention (`attn2`) keeps
-its own. Each self-attention call runs the mask method on the RoPE'd q and k,
-plans the mask (on the GPU for a CUDA mask) and runs the chosen backend in plan order; dense warm-up steps and
-layers run diffusers' own attention. The processor does what diffusers' WanAttnProcessor does around the
-attention (the fused or separate q/k/v projections, the q/k RMSNorms, RoPE, the output projection), so the
-model is unchanged but for the attention of the sparse calls. diffusers and torch are imported only here.
-
-The step: WanPipeline wraps each transformer call in `transformer.cache_context("cond" | "uncond",
-step_index=i, ...)`; the handle reads that context (the step index and the branch name) through a diffusers
-hook on the transformer. A loop that does not say the step calls `handle.set_step(i)` (and, to tell CFG
-branches apart, `branch=`). See docs/python.md ("In a diffusers Wan2.1 model").
+its own. The processor does what diffusers' processor does around the attention (the fused or separate q/k/v
+projections, the q/k RMSNorms, RoPE, the output projection) and hands the attention to the backend above
+through diffusers' dispatcher, telling it its layer: the handle adds dense warm-up steps and layers, plan reuse
+across steps, the step's timings and `on_plan`. WanPipeline wraps each transformer call in
+`transformer.cache_context("cond" | "uncond", step_index=i, ...)`; the handle reads that context (the step
+index and the branch name) through a diffusers hook on the transformer. A loop that does not say the step
+calls `handle.set_step(i)` (and, to tell CFG branches apart, `branch=`). Of the package, only this module
+imports diffusers (on import, to register the backend, when diffusers is installed).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import itertools
@@ -39,22 +54,194 @@ from . import _profile
 from ._plan import Plan, plan as make_plan
 from ._util import block_pair, blocks_for, check_choice, check_int, invalid, require_torch
 
+BACKEND_NAME = "wavealign"
+"""The name wavealign has in diffusers' attention dispatcher (attention_backend, set_attention_backend)."""
+
 BACKENDS = ("wavealign", "fa4", "flex", "sdpa-masked")
-"""wavealign: the fused kernel (CUDA bf16/fp16) or the float32 CPU reference; fa4: FlashAttention-4 through the
-plug-in path (wavealign.fa4); flex: FlexAttention through the plug-in path; sdpa-masked: dense SDPA with the
-block mask expanded to tokens, in the original order (the reference of the tests; no plan is made)."""
+"""The kernel of the sparse calls. wavealign: the fused kernel (CUDA bf16/fp16; precision="int8": the 8-bit
+kernel) or the float32 CPU reference; fa4: FlashAttention-4 through the plug-in path (wavealign.fa4); flex:
+FlexAttention through the plug-in path; sdpa-masked: dense SDPA with the block mask expanded to tokens, in the
+original order (the reference of the tests; no plan is made)."""
 
 METHODS = ("xattention", "sparge", "minference", "flexprefill")
-"""Mask methods resolved by name from wavealign.methods; "dense" runs every call dense (timed)."""
+"""Mask methods resolved by name from wavealign.methods; "dense" runs every call dense."""
 
 _HOOK_NAME = "wavealign_step_context"
 _HANDLE_ATTRIBUTE = "_wavealign_sparse_attention"
+_NO_HANDLE, _NO_LAYER = 0, -1     # the op's handle and layer of a call that comes through the backend alone
 
 _handles: weakref.WeakValueDictionary[int, WanSparseAttention] = weakref.WeakValueDictionary()
 _handle_ids = itertools.count(1)
 _op_lock = threading.Lock()
 _op_registered = False
+_backend_member: Any = None       # diffusers' AttentionBackendName member of "wavealign", once registered
 
+
+def _checked_dict(value: Any, argument: str) -> dict[str, Any]:
+    """A copy of a dict argument that may be None."""
+    if value is not None and not isinstance(value, dict):
+        raise invalid(argument, f"must be a dict or None, got {type(value).__name__}")
+    return dict(value or {})
+
+
+# ---- what the backend runs in a sparse call -----------------------------------------------------------------
+
+_active_options: contextvars.ContextVar[BackendOptions | None] = contextvars.ContextVar(
+    "wavealign_backend_options", default=None)
+_default_options: BackendOptions | None = None
+
+
+class BackendOptions:
+    """The options of the calls the "wavealign" attention backend makes sparse: mask method, plan and kernel.
+
+        with attention_backend("wavealign"), wavealign.diffusers.BackendOptions("xattention", precision="int8"):
+            latents = pipe(...).frames
+
+    A `with` block makes these options the active ones in it (nested blocks: the innermost);
+    `set_backend_options(options)` sets those used outside any block. In every call the backend makes sparse
+    the mask method runs on the call's q and k, its mask is planned and the kernel runs in plan order; a new
+    mask and plan in every call (apply's handle adds reuse across steps).
+
+    Args (the same as apply's):
+        method: "xattention", "sparge", "minference" or "flexprefill" (wavealign.methods, with `block_size` and
+            `method_options`, checked here), "dense" (diffusers' native attention in every call), or any
+            callable (q, k) -> block mask, called with q and k as [B, H, L, d] views; the mask is what
+            wavealign.plan takes (bool [H | B*H, MB, NB], a CSR pair or a FlexAttention BlockMask) in blocks of
+            `block_size`.
+        backend: the kernel: "wavealign" (fused kernel on CUDA, float32 reference on the CPU), "fa4"
+            (FlashAttention-4, wavealign.fa4), "flex" (FlexAttention) or "sdpa-masked" (dense SDPA with the
+            expanded mask, original order, no plan).
+        precision: the fused kernel's arithmetic, as in wavealign.sparse_attention: "native" or "int8" (backend
+            "wavealign" only: the 8-bit kernel).
+        order: the plan's row order ("wavealign", "s1", "s2", "original", "shuffled").
+        block_size: tokens per mask block, int or (q_block, kv_block).
+        method_options: keyword arguments of the mask method (a named method's block_size is `block_size`).
+        skip, profile: as in wavealign.plan (the profile is parsed once, here).
+        plan_options: further wavealign.plan keywords (wave_size, iterations, seed, gpu, planner, tokens,
+            plan_reuse).
+    """
+
+    def __init__(self, method: Any, *, backend: str = "wavealign", precision: str = "native",
+                 order: str = "wavealign", block_size: int | tuple[int, int] = 128,
+                 method_options: dict[str, Any] | None = None, skip: str = "auto", profile: Any = None,
+                 plan_options: dict[str, Any] | None = None) -> None:
+        method_options = _checked_dict(method_options, "method_options")
+        plan_options = _checked_dict(plan_options, "plan_options")
+        self.block_size = block_pair(block_size)
+        self._method, self.method_name = _resolve_method(method, method_options, self.block_size)
+        self.precision = check_choice(precision, "precision", "precision")
+        self._backend_call = _resolve_backend(backend, self.precision)
+        self.backend = backend
+        self.order = check_choice(order, "order", "order")
+        reserved = sorted({"block_size", "order", "head_dim", "skip", "profile"} & plan_options.keys())
+        if reserved:
+            raise invalid("plan_options", f"{reserved} are arguments of their own (pass them as such)")
+        plan_options.update(skip=check_choice(skip, "skip", "skip"), profile=_profile.resolve(profile))
+        self._plan_options = plan_options
+        self._tokens: list[contextvars.Token] = []
+
+    def __repr__(self) -> str:
+        return (f"wavealign.diffusers.BackendOptions(method={self.method_name!r}, backend={self.backend!r}, "
+                f"precision={self.precision!r}, order={self.order!r}, block_size={self.block_size})")
+
+    def __enter__(self) -> BackendOptions:
+        self._tokens.append(_active_options.set(self))
+        return self
+
+    def __exit__(self, *exception: Any) -> None:
+        _active_options.reset(self._tokens.pop())
+
+    @property
+    def dense(self) -> bool:
+        """Whether every call runs dense (method "dense")."""
+        return self._method is None
+
+    # The steps of one sparse call, on [B, H, L, d] views; apply's handle runs the same steps with its timing
+    # marks in between and its plan reuse around them.
+
+    def _mask(self, q: Any, k: Any) -> Any:
+        return self._method(q, k)
+
+    def _plan(self, mask: Any, q: Any, where: str) -> tuple[Plan | None, Any]:
+        """(the plan, None) of the mask; (None, the mask) for sdpa-masked, which reads the mask itself."""
+        tokens = q.shape[-2]
+        if self.backend == "sdpa-masked":
+            if getattr(mask, "ndim", 0) >= 2:
+                self._check_blocks(mask.shape[-2], mask.shape[-1], tokens, where)
+            return None, mask
+        plan = make_plan(mask, block_size=self.block_size, order=self.order, head_dim=int(q.shape[-1]),
+                         **self._plan_options)
+        self._check_blocks(plan.q_blocks, plan.kv_blocks, tokens, where)
+        return plan, None
+
+    def _run(self, q: Any, k: Any, v: Any, plan: Plan | None, mask: Any, scale: float | None) -> Any:
+        """O [B, H, L, d] of the kernel in plan order (the mask's original order for sdpa-masked)."""
+        torch = require_torch("wavealign.diffusers")
+        if self.backend == "sdpa-masked":
+            return _masked_sdpa(torch, q, k, v, mask, self.block_size, scale)
+        if self.backend == "flex":
+            return _flex(torch, q, k, v, plan, scale)
+        return self._backend_call(q, k, v, plan, scale=scale)
+
+    def _attend(self, q: Any, k: Any, v: Any, scale: float | None) -> Any:
+        """One call of the backend: q, k, v [B, L, H, d] -> O [B, L, H, d] (contiguous)."""
+        if self.dense:
+            return _dense_attention(q, k, v, scale, None)
+        qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))   # [B, H, L, d] views, no copy
+        plan, mask = self._plan(self._mask(qh, kh), qh, "")
+        return self._run(qh, kh, vh, plan, mask, scale).transpose(1, 2).contiguous()
+
+    def _check_blocks(self, q_blocks: int, kv_blocks: int, tokens: int, where: str) -> None:
+        q_block, kv_block = self.block_size
+        expected = (blocks_for(tokens, q_block), blocks_for(tokens, kv_block))
+        if (q_blocks, kv_blocks) != expected:
+            raise invalid("method", f"returned a mask of {q_blocks} x {kv_blocks} blocks{where}; {tokens} tokens "
+                                    f"in blocks of block_size={self.block_size} need {expected[0]} x {expected[1]}")
+
+
+def set_backend_options(options: BackendOptions | None) -> None:
+    """Sets the options the "wavealign" backend uses outside any `with BackendOptions(...)` block (None: none,
+    and a call outside a block raises)."""
+    global _default_options
+    if options is not None and not isinstance(options, BackendOptions):
+        raise invalid("options", f"must be a wavealign.diffusers.BackendOptions or None, got "
+                                 f"{type(options).__name__}")
+    _default_options = options
+
+
+def active_backend_options() -> BackendOptions | None:
+    """The options a call of the "wavealign" backend uses now: the innermost `with` block's, else those of
+    set_backend_options, else None."""
+    options = _active_options.get()
+    return options if options is not None else _default_options
+
+
+def _options_of_this_call() -> BackendOptions:
+    options = active_backend_options()
+    if options is None:
+        raise RuntimeError("wavealign.diffusers: the attention backend 'wavealign' runs with options that say the "
+                           "mask method, plan and kernel, and none are active: call the model inside "
+                           "`with wavealign.diffusers.BackendOptions(method, ...):`, or set them with "
+                           "wavealign.diffusers.set_backend_options(BackendOptions(method, ...))")
+    return options
+
+
+def _dense_attention(q: Any, k: Any, v: Any, scale: float | None, backend: Any) -> Any:
+    """Dense attention of q, k, v [B, L, H, d] through diffusers' `backend` (None: the active one; "native"
+    where that is wavealign itself), contiguous."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry, \
+        dispatch_attention_fn
+
+    if backend is None:
+        backend = _AttentionBackendRegistry.get_active_backend()[0]
+    if backend == BACKEND_NAME:
+        backend = AttentionBackendName.NATIVE
+    out = dispatch_attention_fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=scale,
+                                backend=backend, parallel_config=None)
+    return out.contiguous()
+
+
+# ---- apply's handle -----------------------------------------------------------------------------------------
 
 @dataclass
 class _Call:
@@ -68,37 +255,36 @@ class _Call:
 
 
 class WanSparseAttention:
-    """The handle of `apply`: the options, the step state, the plan cache and the timings of one transformer.
+    """The handle of `apply`: the backend's options, the step state, the plan cache and the timings of one
+    transformer.
 
-    Attributes (read-only after apply): method, backend, order, dense_steps, dense_layers (a frozenset),
-    refresh, block_size ((q_block, kv_block)), layers (how many blocks the transformer has).
+    Attributes (read-only after apply): options (the BackendOptions its sparse calls run), method_name, backend,
+    order, block_size ((q_block, kv_block)), dense_steps, dense_layers (a frozenset), refresh, layers (how many
+    blocks the transformer has).
     """
 
-    def __init__(self, *, method: Callable[..., Any] | None, method_name: str, backend: str, order: str,
-                 dense_steps: int, dense_layers: frozenset[int], refresh: int, block_size: tuple[int, int],
-                 plan_options: dict[str, Any], timing: bool, on_plan: Callable[..., Any] | None,
-                 layers: int, backend_call: Callable[..., Any] | None) -> None:
-        self.method_name = method_name
-        self.backend = backend
-        self.order = order
+    def __init__(self, *, options: BackendOptions, dense_steps: int, dense_layers: frozenset[int], refresh: int,
+                 timing: bool, on_plan: Callable[..., Any] | None, layers: int) -> None:
+        self.options = options
         self.dense_steps = dense_steps
         self.dense_layers = dense_layers
         self.refresh = refresh
-        self.block_size = block_size
         self.layers = layers
         self.timing = timing
-        self._method = method
-        self._plan_options = plan_options
         self._on_plan = on_plan
-        self._backend_call = backend_call
         self._explicit: tuple[int, str | None] | None = None
         self._context: Any = None
-        self._plans: dict[tuple[int, str | None], tuple[int, Plan]] = {}
+        self._plans: dict[tuple[int, str | None], tuple[int, tuple[Plan | None, Any]]] = {}
         self._calls: list[_Call] = []
         self._processors: list[_SparseSelfAttnProcessor] = []
         self._restore: tuple[list[Any], bool, bool] | None = None   # stock processors, had registry / forward
         self.id = next(_handle_ids)
         _handles[self.id] = self
+
+    method_name = property(lambda self: self.options.method_name)
+    backend = property(lambda self: self.options.backend)
+    order = property(lambda self: self.options.order)
+    block_size = property(lambda self: self.options.block_size)
 
     def __repr__(self) -> str:
         return (f"wavealign.diffusers.WanSparseAttention(method={self.method_name!r}, backend={self.backend!r}, "
@@ -139,9 +325,10 @@ class WanSparseAttention:
         "mask_ms", "plan_ms", "attention_ms"} summed over the self-attention calls (timing=True only).
 
         On CUDA the times are device times between CUDA events recorded on the current stream around the mask
-        method, the plan and the attention backend; reading them synchronizes the device. A gap in which the
+        method, the plan and the attention kernel; reading them synchronizes the device. A gap in which the
         device waited for the host to enqueue the next work counts in the part it fell into. On the CPU they
-        are wall times. Dense calls have only an attention time.
+        are wall times. Dense calls have only an attention time. Under context parallelism each rank times
+        its own calls (its heads, after the all-to-all).
         """
         torch = require_torch("wavealign.diffusers")
         if not self.timing:
@@ -174,10 +361,10 @@ class WanSparseAttention:
         """Drops the cached plans (refresh > 1 keeps one per layer and branch)."""
         self._plans.clear()
 
-    # ---- one self-attention call (inside torch.ops.wavealign.wan_self_attention) ---------------------------
+    # ---- one self-attention call (inside torch.ops.wavealign.diffusers_attention) --------------------------
 
     def _is_dense(self, layer: int, step: int | None) -> bool:
-        if self._method is None or layer in self.dense_layers:
+        if self.options.dense or layer in self.dense_layers:
             return True
         if self.dense_steps or self.refresh > 1:
             if step is None:
@@ -189,29 +376,20 @@ class WanSparseAttention:
             return step < self.dense_steps
         return False
 
-    def _attend(self, processor: _SparseSelfAttnProcessor, q: Any, k: Any, v: Any) -> Any:
-        """q, k, v [B, L, H, d] after RoPE -> O [B, L, H, d] (contiguous, q's dtype)."""
-        torch = require_torch("wavealign.diffusers")
-        layer = processor.layer
+    def _attend(self, layer: int, q: Any, k: Any, v: Any, scale: float | None) -> Any:
+        """q, k, v [B, L, H, d] after RoPE (under context parallelism: the rank's heads) -> O [B, L, H, d]
+        (contiguous, q's dtype): the backend's call with the handle's dense calls, plan reuse and timing."""
         step, branch = self.position
         dense = self._is_dense(layer, step)
         call = _Call(step, branch, layer, dense) if self.timing else None
         self._mark(call, q)
         if dense:
-            from diffusers.models.attention_dispatch import dispatch_attention_fn
-
-            out = dispatch_attention_fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                        backend=processor._attention_backend, parallel_config=None)
+            out = _dense_attention(q, k, v, scale, self._processors[layer]._attention_backend)
             self._mark(call, q)
-            return out.contiguous()
+            return out
         qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))   # [B, H, L, d] views, no copy
         plan, mask = self._plan_for(layer, step, branch, qh, kh, call)
-        if self.backend == "sdpa-masked":
-            out = _masked_sdpa(torch, qh, kh, vh, mask, self.block_size)
-        elif self.backend == "flex":
-            out = _flex(torch, qh, kh, vh, plan)
-        else:
-            out = self._backend_call(qh, kh, vh, plan)
+        out = self.options._run(qh, kh, vh, plan, mask, scale)
         self._mark(call, q)
         return out.transpose(1, 2).contiguous()
 
@@ -226,30 +404,15 @@ class WanSparseAttention:
             if call is not None:
                 call.marks += [call.marks[-1]] * 2       # no mask and no plan made: both spans are 0
             return cached[1]
-        mask = self._method(q, k)
+        mask = self.options._mask(q, k)
         self._mark(call, q)
-        plan = None
-        if self.backend != "sdpa-masked":
-            plan = make_plan(mask, block_size=self.block_size, order=self.order, head_dim=int(q.shape[-1]),
-                             **self._plan_options)
-            self._check_blocks(plan.q_blocks, plan.kv_blocks, q.shape[-2], layer)
-            if self._on_plan is not None:
-                self._on_plan(layer, step, branch, plan)
-            mask = None                                   # the plan holds what the backends read
-        elif getattr(mask, "ndim", 0) >= 2:
-            self._check_blocks(mask.shape[-2], mask.shape[-1], q.shape[-2], layer)
+        planned = self.options._plan(mask, q, f" at layer {layer}")
+        if planned[0] is not None and self._on_plan is not None:
+            self._on_plan(layer, step, branch, planned[0])
         self._mark(call, q)
         if window is not None:
-            self._plans[key] = (window, (plan, mask))
-        return plan, mask
-
-    def _check_blocks(self, q_blocks: int, kv_blocks: int, tokens: int, layer: int) -> None:
-        q_block, kv_block = self.block_size
-        expected = (blocks_for(tokens, q_block), blocks_for(tokens, kv_block))
-        if (q_blocks, kv_blocks) != expected:
-            raise invalid("method", f"returned a mask of {q_blocks} x {kv_blocks} blocks at layer {layer}; "
-                                    f"{tokens} tokens in blocks of block_size={self.block_size} need "
-                                    f"{expected[0]} x {expected[1]}")
+            self._plans[key] = (window, planned)
+        return planned
 
     def _mark(self, call: _Call | None, like: Any) -> None:
         if call is None:
@@ -277,9 +440,10 @@ def elapsed_ms(start: Any, end: Any) -> float:
     return float(start.elapsed_time(end))
 
 
-# ---- the backends that wavealign.sparse_attention does not cover -------------------------------------------
+# ---- the kernels that wavealign.sparse_attention does not cover --------------------------------------------
 
-def _masked_sdpa(torch: Any, q: Any, k: Any, v: Any, mask: Any, block_size: tuple[int, int]) -> Any:
+def _masked_sdpa(torch: Any, q: Any, k: Any, v: Any, mask: Any, block_size: tuple[int, int],
+                 scale: float | None) -> Any:
     """Dense SDPA over [B, H, L, d] with a dense block mask [H | B*H, MB, NB] expanded to tokens; rows that keep
     no block give O = 0 (SDPA alone would give NaN)."""
     if not isinstance(mask, torch.Tensor) or mask.dim() not in (2, 3):
@@ -294,14 +458,14 @@ def _masked_sdpa(torch: Any, q: Any, k: Any, v: Any, mask: Any, block_size: tupl
                                 f"batch {batch}")
     tokens = blocks.repeat_interleave(q_block, 1)[:, :length].repeat_interleave(kv_block, 2)[:, :, :length]
     tokens = tokens.reshape(batch if blocks.shape[0] == batch * heads else 1, -1, length, length)
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=tokens)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=tokens, scale=scale)
     return torch.where(tokens.any(-1, keepdim=True), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
 _compiled_flex: Any = None
 
 
-def _flex(torch: Any, q: Any, k: Any, v: Any, plan: Plan) -> Any:
+def _flex(torch: Any, q: Any, k: Any, v: Any, plan: Plan, scale: float | None) -> Any:
     """FlexAttention in plan order (the plug-in path). On CUDA flex_attention is compiled once per process:
     its eager form materializes the whole score matrix."""
     global _compiled_flex
@@ -316,18 +480,151 @@ def _flex(torch: Any, q: Any, k: Any, v: Any, plan: Plan) -> Any:
             _compiled_flex = torch.compile(flex_attention, dynamic=False)
         function = _compiled_flex
     block_mask = flex.block_mask(plan, length, device=q.device)
-    out = function(plan.permute_rows(q), k, v, block_mask=block_mask)
+    out = function(plan.permute_rows(q), k, v, block_mask=block_mask, scale=scale)
     return plan.unpermute_rows(out, seq_len=length)
 
 
-# ---- the processor ------------------------------------------------------------------------------------------
+# ---- the diffusers attention backend -------------------------------------------------------------------------
+
+def register_backend() -> Any:
+    """Registers "wavealign" with diffusers' attention dispatcher (importing this module does it when diffusers
+    imports) and returns its AttentionBackendName member. Calling it again changes nothing.
+
+    diffusers' backend registry is keyed by members of its enum AttentionBackendName, which is closed: a name
+    it does not list cannot be registered, passed to attention_backend() or set_attention_backend(). Rather
+    than replace the enum or patch the functions that read it, one member is added the way Enum makes its
+    own: an instance of the enum with `_name_` "WAVEALIGN" and `_value_` "wavealign", entered in the two
+    tables Enum's lookups read, `_value2member_map_` (AttentionBackendName("wavealign"), which
+    attention_backend and dispatch_attention_fn call) and `_member_map_` (`__members__`, the list
+    set_attention_backend checks names against). `_member_names_` is left alone, so iterating the enum lists
+    diffusers' own backends only. The backend itself goes in through the registry's own decorator,
+    `_AttentionBackendRegistry.register(..., supports_context_parallel=True)`, like diffusers' built-in
+    backends. A diffusers release that lists "wavealign" itself, or a second call, finds the member by value
+    and adds nothing.
+    """
+    global _backend_member
+    if _backend_member is not None:
+        return _backend_member
+    torch = require_torch("wavealign.diffusers")
+    _require_diffusers()
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+
+    try:
+        member = AttentionBackendName(BACKEND_NAME)
+    except ValueError:
+        member = str.__new__(AttentionBackendName, BACKEND_NAME)
+        member._name_, member._value_ = BACKEND_NAME.upper(), BACKEND_NAME
+        AttentionBackendName._value2member_map_[BACKEND_NAME] = member
+        AttentionBackendName._member_map_[member._name_] = member
+    _register_op(torch)
+    if member not in _AttentionBackendRegistry._backends:
+        _AttentionBackendRegistry.register(member, supports_context_parallel=True)(_wavealign_attention)
+    _backend_member = member
+    return member
+
+
+def _wavealign_attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                         is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+                         return_lse: bool = False, _parallel_config: Any = None,
+                         _wavealign_handle: int = _NO_HANDLE, _wavealign_layer: int = _NO_LAYER) -> Any:
+    """The "wavealign" backend: diffusers' dispatch_attention_fn calls it with q, k, v [B, L, H, d].
+
+    A self-attention call (the key's length is the query's) runs block-sparse: with the options of the
+    enclosing BackendOptions block, or, from apply's processors (`_wavealign_handle`, `_wavealign_layer`
+    through the call's attention_kwargs), with those of the handle and its layer. Under context parallelism it
+    goes through diffusers' templated Ulysses attention, which gives each rank H/P heads over the whole
+    sequence; the sparse call runs on those. A cross-attention call (the key has its own length, as the text
+    tokens of attn2) runs diffusers' "native" backend with everything it was given.
+    """
+    from diffusers.models.attention_dispatch import AttentionBackendName, _templated_context_parallel_attention, \
+        dispatch_attention_fn
+
+    if key.shape[1] != query.shape[1]:
+        return dispatch_attention_fn(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                     is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+                                     attention_kwargs={"return_lse": True} if return_lse else None,
+                                     backend=AttentionBackendName.NATIVE, parallel_config=_parallel_config)
+    _refuse_what_sparse_calls_do_not_take(attn_mask, dropout_p, is_causal, enable_gqa, return_lse)
+    if _parallel_config is None:
+        return _sparse_call(query, key, value, scale, _wavealign_handle, _wavealign_layer)
+    context_parallel = _parallel_config.context_parallel_config
+    if context_parallel.ring_degree > 1:
+        raise invalid("ring_degree", f"is {context_parallel.ring_degree}: the attention backend 'wavealign' runs "
+                                     "under Ulysses context parallelism only (ulysses_degree). A ring step sees one "
+                                     "shard of the keys, and the mask methods select each query block's keys "
+                                     "from all of them, so no ring step could make the one-process mask")
+    forward = functools.partial(_ulysses_forward, handle=_wavealign_handle, layer=_wavealign_layer)
+    return _templated_context_parallel_attention(query, key, value, None, 0.0, False, scale, False, False,
+                                                 forward_op=forward, backward_op=_no_backward,
+                                                 _parallel_config=_parallel_config)
+
+
+def _refuse_what_sparse_calls_do_not_take(attn_mask: Any, dropout_p: float, is_causal: bool, enable_gqa: bool,
+                                          return_lse: bool) -> None:
+    refused = {"attn_mask": attn_mask is not None, "dropout_p": dropout_p != 0.0, "is_causal": bool(is_causal),
+               "enable_gqa": bool(enable_gqa), "return_lse": bool(return_lse)}
+    for argument, given in refused.items():
+        if given:
+            raise invalid(argument, "is not taken by the attention backend 'wavealign' in a self-attention call: "
+                                    "its block mask comes from the mask method (no attention mask, causal mask, "
+                                    "dropout or grouped heads), and it returns O alone")
+
+
+def _sparse_call(query: Any, key: Any, value: Any, scale: float | None, handle: int, layer: int) -> Any:
+    import torch
+
+    return torch.ops.wavealign.diffusers_attention(query, key, value, scale, handle, layer)
+
+
+def _ulysses_forward(ctx: Any, query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+                     scale: float | None, enable_gqa: bool, return_lse: bool, _save_ctx: bool = True,
+                     _parallel_config: Any = None, *, handle: int, layer: int) -> Any:
+    """diffusers' forward_op of the templated context-parallel attention: q, k, v [B, L, H/P, d] of the rank's
+    heads over the whole sequence (after the all-to-all), O of the same shape. Nothing is saved for a backward."""
+    return _sparse_call(query, key, value, scale, handle, layer)
+
+
+def _no_backward(ctx: Any, grad_out: Any, *args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("wavealign.diffusers: the attention backend 'wavealign' has no backward (inference only)")
+
+
+def _register_op(torch: Any) -> None:
+    """torch.ops.wavealign.diffusers_attention(q, k, v, scale, handle, layer) -> O, q, k, v and O [B, L, H, d]:
+    one opaque node per sparse call under torch.compile. The mask method, the plan and the kernel run eagerly
+    inside and read host state there: the handle's step for apply's calls (handle, layer), the active
+    BackendOptions for the backend's own (handle 0)."""
+    global _op_registered
+    with _op_lock:
+        if _op_registered:
+            return
+
+        @torch.library.custom_op("wavealign::diffusers_attention", mutates_args=(),
+                                 schema="(Tensor q, Tensor k, Tensor v, float? scale, int handle, int layer) -> Tensor")
+        def diffusers_attention(q, k, v, scale, handle, layer):
+            if handle == _NO_HANDLE:
+                return _options_of_this_call()._attend(q, k, v, scale)
+            owner = _handles.get(handle)
+            if owner is None:
+                raise RuntimeError("wavealign.diffusers: this processor's handle was removed "
+                                   "(wavealign.diffusers.remove); apply it again")
+            return owner._attend(layer, q, k, v, scale)
+
+        @diffusers_attention.register_fake
+        def _(q, k, v, scale, handle, layer):
+            return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+        _op_registered = True
+
+
+# ---- apply's processors ---------------------------------------------------------------------------------------
 
 class _SparseSelfAttnProcessor:
     """What the self-attention processors `apply` puts on a block's attn1 share (one per layer): the handle and
-    layer they serve, the refusals, and the attention itself, handed to the handle through the custom op
-    torch.ops.wavealign.wan_self_attention, so torch.compile traces the module around it in one graph. The
-    diffusers attributes `_attention_backend` (the backend of the dense calls) and `_parallel_config` are kept;
-    context parallelism is not supported. Each model's subclass mirrors its stock processor up to the attention.
+    layer they serve, the refusals, and the attention, handed to the "wavealign" backend through diffusers'
+    dispatch_attention_fn with the handle and the layer in its attention_kwargs (so context parallelism takes
+    the backend's route). The diffusers attributes are kept: `_attention_backend` is the backend of the dense
+    calls (the stock processor's), `_parallel_config` the context-parallel config enable_parallelism sets.
+    Each model's subclass mirrors its stock processor up to the attention.
     """
 
     _attention_backend = None
@@ -337,6 +634,7 @@ class _SparseSelfAttnProcessor:
         self.handle_id = handle.id
         self.layer = layer
         self._attention_backend = getattr(stock, "_attention_backend", None)
+        self._parallel_config = getattr(stock, "_parallel_config", None)
 
     def __repr__(self) -> str:
         return f"wavealign.diffusers.{type(self).__name__}(layer={self.layer})"
@@ -345,15 +643,14 @@ class _SparseSelfAttnProcessor:
         if encoder_hidden_states is not None or attention_mask is not None:
             raise invalid("encoder_hidden_states" if encoder_hidden_states is not None else "attention_mask",
                           "the wavealign self-attention processor takes neither (it replaces attn1 only)")
-        if self._parallel_config is not None:
-            raise RuntimeError("wavealign.diffusers: context parallelism is not supported by the sparse "
-                               "self-attention processor")
 
     def _attend(self, attn: Any, query: Any, key: Any, value: Any) -> Any:
-        """O of q, k, v [B, L, H, d] through the handle, heads flattened, through attn's output projection."""
-        import torch
+        """O of q, k, v [B, L, H, d] through the backend, heads flattened, through attn's output projection."""
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
 
-        out = torch.ops.wavealign.wan_self_attention(query, key, value, self.handle_id, self.layer)
+        out = dispatch_attention_fn(query, key, value, backend=_backend_member, parallel_config=self._parallel_config,
+                                    attention_kwargs={"_wavealign_handle": self.handle_id,
+                                                      "_wavealign_layer": self.layer})
         out = out.flatten(2, 3).type_as(query)
         return attn.to_out[1](attn.to_out[0](out))
 
@@ -406,30 +703,6 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
     cos, sin = cos[..., 0::2], sin[..., 1::2]
     turned = torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1)
     return turned.flatten(-2).to(x.dtype)
-
-
-def _register_op(torch: Any) -> None:
-    """torch.ops.wavealign.wan_self_attention(q, k, v, handle, layer) -> O: one opaque node per self-attention
-    call under torch.compile (mask method, plan and backend run eagerly inside; they read host state)."""
-    global _op_registered
-    with _op_lock:
-        if _op_registered:
-            return
-
-        @torch.library.custom_op("wavealign::wan_self_attention", mutates_args=(),
-                                 schema="(Tensor q, Tensor k, Tensor v, int handle, int layer) -> Tensor")
-        def wan_self_attention(q, k, v, handle, layer):
-            owner = _handles.get(handle)
-            if owner is None:
-                raise RuntimeError("wavealign.diffusers: this processor's handle was removed "
-                                   "(wavealign.diffusers.remove); apply it again")
-            return owner._attend(owner._processors[layer], q, k, v)
-
-        @wan_self_attention.register_fake
-        def _(q, k, v, handle, layer):
-            return q.new_empty(q.shape)
-
-        _op_registered = True
 
 
 # ---- the step context of diffusers pipelines ---------------------------------------------------------------
@@ -502,18 +775,21 @@ def _resolve_method(method: Any, options: dict[str, Any],
 
 
 def _method_options_with_block(method: str, options: dict[str, Any], block_size: tuple[int, int]) -> dict[str, Any]:
-    """A named method's options with apply's block size: its masks have square blocks, those of the plan."""
+    """A named method's options with the block size of the plan: its masks have square blocks, the plan's."""
     q_block, kv_block = block_size
     if q_block != kv_block:
         raise invalid("block_size", f"is {block_size}, but method {method!r} makes square blocks: give one size")
     given = options.get("block_size", q_block)
     if given != q_block:
-        raise invalid("method_options", f"block_size={given!r} differs from apply's block_size={q_block}: the "
-                                        "mask must be in the plan's blocks (give block_size to apply only)")
+        raise invalid("method_options", f"block_size={given!r} differs from the block_size={q_block} argument: "
+                                        "the mask must be in the plan's blocks (give block_size once, as the "
+                                        "argument)")
     return dict(options, block_size=q_block)
 
 
 def _resolve_backend(backend: Any, precision: str) -> Callable[..., Any] | None:
+    """The kernel call (q, k, v, plan, scale=) of a backend that wavealign.sparse_attention or wavealign.fa4
+    runs; None for flex and sdpa-masked, which run here."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise invalid("backend", f"unknown value {backend!r} (expected one of: {', '.join(BACKENDS)})")
     if precision != "native" and backend != "wavealign":
@@ -563,9 +839,6 @@ def _self_attentions(transformer: Any) -> tuple[list[Any], type]:
     for layer, attention in enumerate(attentions):
         if getattr(attention, "is_cross_attention", False) or getattr(attention, "add_k_proj", None) is not None:
             raise invalid("transformer", f"blocks[{layer}].attn1 is not a self-attention")
-        if getattr(attention.processor, "_parallel_config", None) is not None:
-            raise invalid("transformer", "context parallelism is enabled; the sparse self-attention processor "
-                                         "does not support it")
     return attentions, processor
 
 
@@ -576,7 +849,10 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
           timing: bool = False, on_plan: Callable[..., Any] | None = None,
           precision: str = "native") -> WanSparseAttention:
     """Puts the wavealign sparse self-attention processor on every block's attn1 of a WanTransformer3DModel or
-    an LTXVideoTransformer3DModel (cross-attention untouched).
+    an LTXVideoTransformer3DModel (cross-attention untouched); its calls run the "wavealign" attention backend
+    with BackendOptions(method, backend=, precision=, order=, block_size=, method_options=, skip=, profile=,
+    plan_options=) and the layer they come from. A transformer with diffusers' context parallelism enabled
+    (before or after apply) runs them through diffusers' Ulysses attention, each rank on its heads.
 
     Args:
         transformer: a diffusers WanTransformer3DModel or LTXVideoTransformer3DModel (pipe.transformer).
@@ -585,9 +861,9 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
             RoPE'd q and k as [B, H, L, d] views; the mask is what wavealign.plan takes (bool [H | B*H, MB, NB],
             a CSR pair or a FlexAttention BlockMask) in blocks of `block_size`. A named method gets
             `block_size` (square) and its options are checked here (wavealign.methods.check_options).
-        backend: "wavealign" (fused kernel on CUDA, float32 reference on the CPU), "fa4" (FlashAttention-4,
-            wavealign.fa4), "flex" (FlexAttention) or "sdpa-masked" (dense SDPA with the expanded mask, in the
-            original order, no plan: the reference).
+        backend: the kernel: "wavealign" (fused kernel on CUDA, float32 reference on the CPU), "fa4"
+            (FlashAttention-4, wavealign.fa4), "flex" (FlexAttention) or "sdpa-masked" (dense SDPA with the
+            expanded mask, in the original order, no plan: the reference).
         order: the plan's row order ("wavealign", "s1", "s2", "original", "shuffled").
         dense_steps: the first `dense_steps` denoising steps run dense (needs the step, see set_step).
         dense_layers: an int N (layers 0..N-1 run dense) or a collection of layer indices.
@@ -606,37 +882,22 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
 
     Returns the handle; `remove(transformer)` puts the original processors back.
     """
-    torch = require_torch("wavealign.diffusers")
-    _require_diffusers()
+    register_backend()
     if getattr(transformer, _HANDLE_ATTRIBUTE, None) is not None:
         raise invalid("transformer", "already has the wavealign processors; call wavealign.diffusers.remove "
                                      "first")
     attentions, processor_class = _self_attentions(transformer)
-    if method_options is not None and not isinstance(method_options, dict):
-        raise invalid("method_options", f"must be a dict or None, got {type(method_options).__name__}")
-    if plan_options is not None and not isinstance(plan_options, dict):
-        raise invalid("plan_options", f"must be a dict or None, got {type(plan_options).__name__}")
-    block = block_pair(block_size)
-    function, method_name = _resolve_method(method, dict(method_options or {}), block)
-    backend_call = _resolve_backend(backend, check_choice(precision, "precision", "precision"))
-    order = check_choice(order, "order", "order")
-    skip = check_choice(skip, "skip", "skip")
     refresh = check_int(refresh, "refresh", 1)
-    options = dict(plan_options or {})
-    reserved = sorted({"block_size", "order", "head_dim", "skip", "profile"} & options.keys())
-    if reserved:
-        raise invalid("plan_options", f"{reserved} are arguments of apply itself")
-    options.setdefault("plan_reuse", float(refresh))
-    options.update(skip=skip, profile=_profile.resolve(profile))
+    plan_options = _checked_dict(plan_options, "plan_options")
+    plan_options.setdefault("plan_reuse", float(refresh))
+    options = BackendOptions(method, backend=backend, precision=precision, order=order, block_size=block_size,
+                             method_options=method_options, skip=skip, profile=profile, plan_options=plan_options)
     if on_plan is not None and not callable(on_plan):
         raise invalid("on_plan", f"must be callable or None, got {type(on_plan).__name__}")
     handle = WanSparseAttention(
-        method=function, method_name=method_name, backend=backend, order=order,
-        dense_steps=check_int(dense_steps, "dense_steps", 0),
-        dense_layers=_dense_layer_set(dense_layers, len(attentions)), refresh=refresh,
-        block_size=block, plan_options=options, timing=bool(timing), on_plan=on_plan,
-        layers=len(attentions), backend_call=backend_call)
-    _register_op(torch)
+        options=options, dense_steps=check_int(dense_steps, "dense_steps", 0),
+        dense_layers=_dense_layer_set(dense_layers, len(attentions)), refresh=refresh, timing=bool(timing),
+        on_plan=on_plan, layers=len(attentions))
 
     from diffusers.hooks import HookRegistry
 
@@ -654,12 +915,15 @@ def apply(transformer: Any, method: Any, *, backend: str = "wavealign", order: s
 
 
 def remove(transformer: Any) -> None:
-    """Puts back the processors that apply() found (the same objects) and removes its step hook."""
+    """Puts back the processors that apply() found (the same objects) and removes its step hook. A context-
+    parallel config that enable_parallelism set on apply's processors goes to the stock ones."""
     handle = getattr(transformer, _HANDLE_ATTRIBUTE, None)
     if handle is None:
         raise invalid("transformer", "has no wavealign processors (apply was not called, or remove was)")
     stock, had_registry, had_forward = handle._restore
-    for attention, processor in zip(_self_attentions(transformer)[0], stock):
+    for attention, processor, ours in zip(_self_attentions(transformer)[0], stock, handle._processors):
+        if ours._parallel_config is not None and hasattr(processor, "_parallel_config"):
+            processor._parallel_config = ours._parallel_config
         attention.set_processor(processor)
     registry = transformer._diffusers_hook
     registry.remove_hook(_HOOK_NAME, recurse=False)
@@ -681,5 +945,12 @@ def _require_diffusers() -> Any:
     return diffusers
 
 
-__all__ = ["apply", "remove", "WanSparseAttention", "WanSparseAttnProcessor", "LtxSparseAttnProcessor", "BACKENDS",
-           "METHODS", "time_mark", "elapsed_ms"]
+try:
+    register_backend()
+except ImportError:   # diffusers (or torch) is not installed: apply and BackendOptions' use say so when called
+    pass
+
+
+__all__ = ["apply", "remove", "WanSparseAttention", "WanSparseAttnProcessor", "LtxSparseAttnProcessor",
+           "BackendOptions", "set_backend_options", "active_backend_options", "register_backend", "BACKEND_NAME",
+           "BACKENDS", "METHODS", "time_mark", "elapsed_ms"]

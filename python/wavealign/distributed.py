@@ -252,6 +252,14 @@ class _Clock:
 class UlyssesAttention(torch.nn.Module):
     """Sequence-parallel block-sparse attention in WaveAlign order, one plan per rank for its heads.
 
+    In a diffusers model, diffusers' own context parallelism does what this layer does: with the attention
+    backend "wavealign" (wavealign.diffusers) and enable_parallelism(ContextParallelConfig(ulysses_degree=P)),
+    diffusers' Ulysses all-to-all gives each rank H/P heads over the whole sequence, the backend runs the mask
+    method, the plan and the kernel on them, and the result equals one process's (docs/diffusers.md). That is
+    the route to take there. This layer is for attention outside diffusers, and has what diffusers' route does
+    not: uneven shards on any process-group backend (seq_len), plans given or cached by mask_key, packing and
+    planning overlapped with the transfers, phase timings, and LSE.
+
     forward(q, k, v, block_mask=None, *, plan=None, mask_key=None, seq_len=None, return_lse=False) -> O
     (and LSE) as this rank's sequence shard, in q's layout. q, k, v: this rank's shard of the sequence for all
     H heads, [B, H, L_r, d] (layout "bhld") or [B, L_r, H, d] ("blhd"), one dtype and device; H must be a

@@ -250,7 +250,7 @@ def test_named_methods_make_masks_in_apply_s_blocks(clean, inputs, method):
 
 @pytest.mark.parametrize("arguments, name, words", [
     (dict(method_options={"stride": 32}), "stride", "must divide the block (16), got 32"),
-    (dict(method_options={"block_size": 64}), "method_options", "block_size=64 differs from apply's block_size=16"),
+    (dict(method_options={"block_size": 64}), "method_options", "block_size=64 differs from the block_size=16 argument"),
     (dict(method_options={"gamma": 0.5}), "method_options", "gamma"),
     (dict(block_size=(16, 32)), "block_size", "square blocks"),
 ])

@@ -1,5 +1,6 @@
-"""The docs hold: the Python examples of docs/python.md run as written, every commit and result file the ledger
-docs/experiments.md cites exists in the repository, and every file in bench/results follows the one schema."""
+"""The docs hold: the Python examples of docs/python.md and docs/diffusers.md run as written (an excerpt of a file
+is that file's text), every commit and result file the ledger docs/experiments.md cites exists in the
+repository, and every file in bench/results follows the one schema."""
 
 import json
 import pathlib
@@ -11,6 +12,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "python.md"
+DIFFUSERS_DOC = ROOT / "docs" / "diffusers.md"
+EXCERPT = "# excerpt of "  # the first line of a python block that quotes a file of the repository
 LEDGER = ROOT / "docs" / "experiments.md"
 RESULTS = ROOT / "bench" / "results"
 HASH = r"[0-9a-f]{7,40}"
@@ -37,6 +40,22 @@ def test_numpy_examples_run():
 def test_torch_examples_run():
     pytest.importorskip("torch", reason="PyTorch is not installed: the torch examples of docs/python.md are skipped")
     assert run_examples(include_torch=True) >= 6
+
+
+def test_diffusers_routes_run_and_excerpts_quote_their_file():
+    pytest.importorskip("torch", reason="PyTorch is not installed: docs/diffusers.md's examples are skipped")
+    pytest.importorskip("diffusers", reason="diffusers is not installed: docs/diffusers.md's examples are skipped")
+    namespace: dict = {}
+    ran = excerpts = 0
+    for block in re.findall(r"```python\n(.*?)```", DIFFUSERS_DOC.read_text(), re.S):
+        if block.startswith(EXCERPT):
+            path, _, text = block[len(EXCERPT):].partition("\n")
+            assert text in (ROOT / path).read_text(), f"docs/diffusers.md quotes {path}, which no longer says:\n{text}"
+            excerpts += 1
+            continue
+        exec(compile(block, str(DIFFUSERS_DOC), "exec"), namespace)
+        ran += 1
+    assert (ran, excerpts) == (2, 1)
 
 
 def git(*args: str) -> subprocess.CompletedProcess:
