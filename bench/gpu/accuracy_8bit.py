@@ -97,7 +97,7 @@ def main() -> int:
                 outputs["spargeattn"] = sparge.sparse_attention(q, k, v, dense_plan)
             for impl, o in outputs.items():
                 for head in range(args.heads):
-                    record = {"input": kind, "tokens": tokens, "impl": impl, "head": head,
+                    record = {"input": kind, "tokens": tokens, "impl": impl, "head": head, "reference_rows": args.rows,
                               **metrics(o[0, head, rows], ref[head])}
                     records.append(record)
                     print(json.dumps(record), flush=True)

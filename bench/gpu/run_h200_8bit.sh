@@ -101,7 +101,7 @@ fi
 
 if runs accuracy; then
   PYTHONPATH="$py_build/python${PYTHONPATH:+:$PYTHONPATH}" timeout 400 python3 bench/gpu/accuracy_8bit.py \
-    --out "$logs/accuracy.json" 2>>"$logs/errors.txt"
+    --rows 2048 --out "$logs/accuracy.json" 2>>"$logs/errors.txt"
   echo "accuracy rc=$?"
 fi
 tail -n 5 "$logs/errors.txt" 2>/dev/null
