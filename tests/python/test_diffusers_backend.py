@@ -17,11 +17,9 @@ without one): the fused kernel and FA4 through the backend equal apply's output 
 from __future__ import annotations
 
 import datetime
-import multiprocessing
 import pathlib
 import subprocess
 import sys
-import time
 import types
 
 import pytest
@@ -30,13 +28,13 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the diffu
 pytest.importorskip("diffusers", reason="diffusers is not installed: the diffusers backend tests are skipped")
 dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torch.distributed")
 
-import torch.multiprocessing  # noqa: E402
 from diffusers import ContextParallelConfig  # noqa: E402
 from diffusers.models.attention_dispatch import (AttentionBackendName, _AttentionBackendRegistry,  # noqa: E402
                                                  attention_backend, dispatch_attention_fn)
 
 import wavealign  # noqa: E402
 import wavealign.diffusers as wd  # noqa: E402
+from wa_testing import launch_processes  # noqa: E402
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -391,24 +389,10 @@ def cp_worker(rank: int, world: int, port: int, folder: str) -> None:
 
 
 def launch(world: int, folder) -> dict:
-    """Runs `cp_worker` on `world` processes (as tests/python/test_distributed.py does); {rank: results}."""
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=COLLECTIVE_TIMEOUT)
-    # forkserver: children fork from a server that imported torch, diffusers and wavealign once (a plain fork
-    # of this process could inherit a used OpenMP pool, which hangs; spawn would import them in every child).
-    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "diffusers", "wavealign.diffusers"])
-    context = torch.multiprocessing.start_processes(cp_worker, args=(world, store.port,
-                                                                                         str(folder)),
-                                                    nprocs=world, join=False, start_method="forkserver")
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-    try:
-        while not context.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the {world} processes did not finish within {LAUNCH_TIMEOUT_S} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    return {rank: torch.load(folder / f"rank{rank}.pt") for rank in range(world)}
+    """Runs `cp_worker` on `world` processes; {rank: results}."""
+    return launch_processes(cp_worker, (str(folder),), world, folder,
+                            ["torch", "torch.distributed", "diffusers", "wavealign.diffusers"], LAUNCH_TIMEOUT_S,
+                            COLLECTIVE_TIMEOUT)
 
 
 @pytest.fixture(scope="module")

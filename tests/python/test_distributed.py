@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib
-import multiprocessing
 import os
-import time
 
 import numpy as np
 import pytest
@@ -24,10 +22,10 @@ dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torc
 if not dist.is_available():
     pytest.skip("this PyTorch was built without torch.distributed", allow_module_level=True)
 
-import torch.multiprocessing  # noqa: E402
 
 import wavealign  # noqa: E402
 import wavealign.distributed as ulysses  # noqa: E402
+from wa_testing import launch_processes  # noqa: E402
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=30)
 LAUNCH_TIMEOUT_S = 120  # the whole launch; it normally takes ~10 s on 2 busy cores
@@ -200,24 +198,10 @@ def worker(rank: int, world: int, port: int, folder: str, backend: str) -> None:
 
 
 def launch(world: int, folder, backend: str) -> dict:
-    """Runs `worker` on `world` processes; returns {rank: results}. The store listens on a port the OS picks
-    for the parent (port 0), so no free port is guessed."""
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=COLLECTIVE_TIMEOUT)
-    # forkserver: children fork from a clean server that imported torch and wavealign once (a plain fork of
-    # this process could inherit a used OpenMP pool, which hangs; spawn would import torch in every child).
-    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "wavealign.distributed"])
-    context = torch.multiprocessing.start_processes(worker, args=(world, store.port, str(folder), backend),
-                                                    nprocs=world, join=False, start_method="forkserver")
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-    try:
-        while not context.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the {world} processes did not finish within {LAUNCH_TIMEOUT_S} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    return {rank: torch.load(folder / f"rank{rank}.pt") for rank in range(world)}
+    """Runs `worker` on `world` processes; returns {rank: results}."""
+    return launch_processes(worker, (str(folder), backend), world, folder,
+                            ["torch", "torch.distributed", "wavealign.distributed"], LAUNCH_TIMEOUT_S,
+                            COLLECTIVE_TIMEOUT)
 
 
 # ---- one-process references ----------------------------------------------------------------------------------------

@@ -77,3 +77,36 @@ def host_block(stats: np.ndarray, flags: np.ndarray, record: np.ndarray | None =
     validation record (zeros: a valid mask), the MaskStats array, then one skip code per head."""
     record = np.zeros(40, np.uint8) if record is None else record.view(np.uint8)
     return np.concatenate([record, stats.view(np.uint8), flags.astype(np.uint8)])
+
+
+def launch_processes(worker, args: tuple, world: int, folder, preload: list[str], timeout_s: float,
+                     collective_timeout) -> dict:
+    """Runs worker(rank, world, port, *args) on `world` processes and returns {rank: torch.load(folder/rankN.pt)}.
+
+    The workers meet at a TCPStore on 127.0.0.1 (its port is their third argument). forkserver: children fork
+    from a server that imported `preload` once (a plain fork of the test process could inherit a used OpenMP
+    pool, which hangs; spawn would import torch in every child). Processes still alive after `timeout_s` are
+    killed and the launch raises TimeoutError.
+    """
+    import multiprocessing
+    import pathlib
+    import time
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=collective_timeout)
+    multiprocessing.set_forkserver_preload(preload)
+    context = torch.multiprocessing.start_processes(worker, args=(world, store.port, *args), nprocs=world,
+                                                    join=False, start_method="forkserver")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not context.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {world} processes did not finish within {timeout_s} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    return {rank: torch.load(pathlib.Path(folder) / f"rank{rank}.pt") for rank in range(world)}
