@@ -91,6 +91,10 @@ std::vector<Case> cases() {
   list.push_back({"xattention-s8", config, 0.05});
   config.xattention.stride = 16;
   list.push_back({"xattention-s16", config, 0.05});
+  config.xattention.int8_estimate = true;  // the INT8 estimate (fused sm_90 only), compared with the 16-bit one
+  list.push_back({"xattention-s16-int8", config, 0.05});
+  config.xattention.stride = 8;
+  list.push_back({"xattention-s8-int8", config, 0.05});
   config = {};
   config.method = MaskMethod::kSparge;  // theta 0.6, tau 0.98, 64 x 128 native blocks (sm_90)
   list.push_back({"sparge", config, 0.05});
@@ -118,7 +122,8 @@ nlohmann::json options_json(const MethodConfig& config) {
   switch (config.method) {
     case MaskMethod::kXAttention:
       return {{"stride", config.xattention.stride}, {"threshold", config.xattention.threshold},
-              {"force_first_kblock", config.xattention.force_first_kblock}};
+              {"force_first_kblock", config.xattention.force_first_kblock},
+              {"int8_estimate", config.xattention.int8_estimate}};
     case MaskMethod::kSparge:
       return {{"simthreshd1", config.sparge.simthreshd1}, {"cdfthreshd", config.sparge.cdfthreshd},
               {"native_block", {config.sparge.native_block.q_block, config.sparge.native_block.kv_block}},
@@ -296,9 +301,38 @@ int main(int argc, char** argv) {
     std::vector<double> mask_runs;
     for (int i = 0; i < options.iters; ++i) mask_runs.push_back(timed(stream, generate));
 
-    // XAttention: the cuBLAS path on the same inputs (its mask compared with the default run's), and the floor.
+    // XAttention: the cuBLAS path on the same inputs (its mask compared with the default run's), and the floor;
+    // the INT8 estimate has no cuBLAS path: its mask is compared with the 16-bit estimate's.
     nlohmann::json estimate = nlohmann::json::object();
-    if (bench_case.config.method == MaskMethod::kXAttention) {
+    if (bench_case.config.method == MaskMethod::kXAttention && bench_case.config.xattention.int8_estimate) {
+      std::vector<uint8_t> int8_mask(static_cast<size_t>(entries)), exact_mask(static_cast<size_t>(entries));
+      WA_BENCH_CUDA(cudaMemcpy(int8_mask.data(), dense, int8_mask.size(), cudaMemcpyDeviceToHost));
+      MethodConfig exact_config = bench_case.config;
+      exact_config.xattention.int8_estimate = false;
+      cuda::MaskGenerator exact(exact_config, 1, heads, tokens, d);
+      void* exact_workspace = device_alloc(exact.workspace_bytes());
+      exact.run(qk, outputs, exact_workspace, exact.workspace_bytes(), stream);
+      WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+      WA_BENCH_CUDA(cudaMemcpy(exact_mask.data(), dense, exact_mask.size(), cudaMemcpyDeviceToHost));
+      WA_BENCH_CUDA(cudaFree(exact_workspace));
+      int64_t both = 0, either = 0;
+      for (size_t i = 0; i < int8_mask.size(); ++i) {
+        both += int8_mask[i] && exact_mask[i];
+        either += int8_mask[i] || exact_mask[i];
+      }
+      const int stride = bench_case.config.xattention.stride;
+      const double rows = double((tokens + stride - 1) / stride);
+      const double floor_ms = double(heads) * rows * rows * double(stride) * d / floor_rate;
+      estimate = {{"estimate", "fused-int8"},
+                  {"jaccard_vs_16bit", either == 0 ? 1.0 : double(both) / double(either)},
+                  {"blocks_differing_from_16bit", either - both},
+                  {"floor_gemm", "cublas bf16 16384^3, fp32 accumulation, bf16 out"},
+                  {"floor_gemm_tflops", 2 * floor_rate / 1e9},
+                  {"floor_ms", floor_ms},
+                  {"floor_ratio", median(mask_runs) / floor_ms}};
+      generate();  // the INT8 mask again, for the plan and the attention below
+      WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+    } else if (bench_case.config.method == MaskMethod::kXAttention) {
       std::vector<uint8_t> default_mask(static_cast<size_t>(entries)), cublas_mask(static_cast<size_t>(entries));
       WA_BENCH_CUDA(cudaMemcpy(default_mask.data(), dense, default_mask.size(), cudaMemcpyDeviceToHost));
       std::vector<double> cublas_runs;
