@@ -285,20 +285,32 @@ TEST(XAttentionReference, PartialLastBlockHoldsItsValidColumnsOnly) {
   for (int I = 0; I < 4; ++I) EXPECT_EQ(row_blocks(mask, 0, I), (std::vector<int>{0, 1, 2}));
 }
 
-TEST(XAttentionReference, PaddedKeysTakeMassOnlyUnderTheParityFlag) {
-  // Every real logit is very negative, so with the reference's zero keys (logit 0) all the mass sits on the
-  // padded columns: 70 tokens, stride 4, chunk 128 -> 32 columns of which 18 are real. The padded columns
-  // fill block 4 (from column 18) and the virtual blocks 5..7, which are dropped after the selection.
+/// 70 tokens whose real logits are all very negative (q = 8, k = -8 in channel 0), and XAttention at stride 4,
+/// block 16, threshold 0.3 with the reference's padded zero keys (chunk 128: 32 columns, 18 real).
+QkInputs negative_real_logits() {
   QkInputs inputs = zero_qk(1, 70, 4);
   for (int64_t t = 0; t < 70; ++t) {
     inputs.q[size_t(t) * 4] = 8.0f;
     inputs.k[size_t(t) * 4] = -8.0f;
   }
+  return inputs;
+}
+
+MethodConfig padded_keys_config() {
   MethodConfig config = config_of(MaskMethod::kXAttention, 16);
   config.xattention.stride = 4;
   config.xattention.threshold = {0.3};
   config.xattention.force_first_kblock = false;
   config.xattention.mask_padded_keys = false;
+  return config;
+}
+
+TEST(XAttentionReference, PaddedKeysTakeMassOnlyUnderTheParityFlag) {
+  // Every real logit is very negative, so with the reference's zero keys (logit 0) all the mass sits on the
+  // padded columns: 70 tokens, stride 4, chunk 128 -> 32 columns of which 18 are real. The padded columns
+  // fill block 4 (from column 18) and the virtual blocks 5..7, which are dropped after the selection.
+  const QkInputs inputs = negative_real_logits();
+  MethodConfig config = padded_keys_config();
   std::vector<methods::XAttentionTrace> traces;
   const BlockMask parity = methods::xattention_reference(config, inputs.view(), &traces);
   ASSERT_EQ(traces[0].score_columns, 8);
@@ -435,16 +447,8 @@ TEST(XAttentionInt8Estimate, AKeyOffsetCommonToAllTokensChangesNothing) {
 TEST(XAttentionInt8Estimate, PaddedZeroKeysKeepTheirShareUnderTheParityFlag) {
   // The reference's zero keys are smoothed like every key: the shift is common to the row, so the padded
   // columns take the mass they take in the exact estimate and the same (empty) rows result.
-  QkInputs inputs = zero_qk(1, 70, 4);
-  for (int64_t t = 0; t < 70; ++t) {
-    inputs.q[size_t(t) * 4] = 8.0f;
-    inputs.k[size_t(t) * 4] = -8.0f;
-  }
-  MethodConfig config = config_of(MaskMethod::kXAttention, 16);
-  config.xattention.stride = 4;
-  config.xattention.threshold = {0.3};
-  config.xattention.force_first_kblock = false;
-  config.xattention.mask_padded_keys = false;
+  const QkInputs inputs = negative_real_logits();
+  MethodConfig config = padded_keys_config();
   const BlockMask exact = reference_mask(config, inputs.view());
   config.xattention.int8_estimate = true;
   EXPECT_EQ(reference_mask(config, inputs.view()), exact);

@@ -245,14 +245,19 @@ struct FusedEstimateCase {
 
 class XAttentionFusedEstimate : public ::testing::TestWithParam<FusedEstimateCase> {};
 
-TEST_P(XAttentionFusedEstimate, SameMaskAsTheCublasPath) {
-  WA_REQUIRE_GPU();
-  const FusedEstimateCase c = GetParam();
+MethodConfig config_of(const FusedEstimateCase& c) {
   MethodConfig config = config_of(MaskMethod::kXAttention, c.block);
   config.xattention.stride = c.stride;
   config.xattention.mask_padded_keys = c.mask_padded_keys;
   config.xattention.force_first_kblock = c.force_first_kblock;
   if (c.heads == 3) config.xattention.threshold = {0.9, 0.8, 0.95};
+  return config;
+}
+
+TEST_P(XAttentionFusedEstimate, SameMaskAsTheCublasPath) {
+  WA_REQUIRE_GPU();
+  const FusedEstimateCase c = GetParam();
+  MethodConfig config = config_of(c);
   if (!masks::xattention_fused_applies(config, c.head_dim))
     GTEST_SKIP() << "the fused XAttention estimate needs an sm_90 device and the sm_90a build";
   const QkInputs seen = rounded(clustered_qk(c.heads, c.tokens, c.head_dim, c.seed), c.type);
@@ -298,24 +303,12 @@ INSTANTIATE_TEST_SUITE_P(
 // XAttention's INT8 estimate (fused sm_90 kernel on INT8 codes) against the CPU reference of the same rule
 // (methods/rules.h): the codes are the same on both sides, so masks differ only by the fp32 epilogue's
 // near-ties; every run gives the same bits; and the mask stays close to the 16-bit estimate's.
-struct Int8EstimateCase {
-  const char* name;
-  int heads, batch;
-  int64_t tokens;
-  int head_dim, block, stride;
-  ElementType type;
-  bool mask_padded_keys;
-  uint64_t seed;
-};
-
-class XAttentionInt8Estimate : public ::testing::TestWithParam<Int8EstimateCase> {};
+class XAttentionInt8Estimate : public ::testing::TestWithParam<FusedEstimateCase> {};
 
 TEST_P(XAttentionInt8Estimate, MatchesTheReferenceOfItsRule) {
   WA_REQUIRE_GPU();
-  const Int8EstimateCase c = GetParam();
-  MethodConfig config = config_of(MaskMethod::kXAttention, c.block);
-  config.xattention.stride = c.stride;
-  config.xattention.mask_padded_keys = c.mask_padded_keys;
+  const FusedEstimateCase c = GetParam();
+  MethodConfig config = config_of(c);
   config.xattention.int8_estimate = true;
   if (!masks::xattention_fused_applies(config, c.head_dim))
     GTEST_SKIP() << "XAttention's INT8 estimate needs an sm_90 device and the sm_90a build";
@@ -356,13 +349,13 @@ TEST(XAttentionInt8Estimate, RefusedWithoutTheFusedKernel) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, XAttentionInt8Estimate,
     ::testing::Values(
-        Int8EstimateCase{"clustered_128_bf16", 3, 1, 1000, 64, 128, 8, ElementType::kBf16, true, 101},
-        Int8EstimateCase{"clustered_64_fp16", 3, 1, 1000, 64, 64, 8, ElementType::kFp16, true, 101},
-        Int8EstimateCase{"batch_2", 4, 2, 3000, 64, 64, 8, ElementType::kBf16, true, 102},
-        Int8EstimateCase{"tiles_s8_d128", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, true, 121},
-        Int8EstimateCase{"tiles_s16_d128_fp16", 2, 1, 5000, 128, 128, 16, ElementType::kFp16, true, 122},
-        Int8EstimateCase{"tiles_reference_padding", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, false, 123}),
-    [](const ::testing::TestParamInfo<Int8EstimateCase>& info) { return std::string(info.param.name); });
+        FusedEstimateCase{"clustered_128_bf16", 3, 1, 1000, 64, 128, 8, ElementType::kBf16, true, true, 101},
+        FusedEstimateCase{"clustered_64_fp16", 3, 1, 1000, 64, 64, 8, ElementType::kFp16, true, true, 101},
+        FusedEstimateCase{"batch_2", 4, 2, 3000, 64, 64, 8, ElementType::kBf16, true, false, 102},
+        FusedEstimateCase{"tiles_s8_d128", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, true, true, 121},
+        FusedEstimateCase{"tiles_s16_d128_fp16", 2, 1, 5000, 128, 128, 16, ElementType::kFp16, true, true, 122},
+        FusedEstimateCase{"tiles_reference_padding", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, false, true, 123}),
+    [](const ::testing::TestParamInfo<FusedEstimateCase>& info) { return std::string(info.param.name); });
 
 TEST(MaskGenerator, ParityFlagsMatchTheReference) {
   WA_REQUIRE_GPU();
