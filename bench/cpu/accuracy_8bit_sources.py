@@ -1,15 +1,17 @@
 """Where the 8-bit attention's error comes from, and what finer K scales would give: a model of the kernel's
 arithmetic in PyTorch on the CPU (INT8 Q per row and K minus its mean per block of keys, the online softmax's
 running maximum per 128-key block, P scaled to 448 and rounded to e4m3, V per channel in e4m3), against the
-fp64 attention of the same bf16 inputs, on sampled query rows of the synthetic workload's Wan2.1-14B heads at
-363,600 tokens (dense). Each variant makes one part exact or changes K's scale granularity (`--kblocks`: keys
-per K scale; the kernel's is 128). The model's cosine for the kernel's own rule equals the one measured on the
-GPU for the same rows (bench/gpu/accuracy_8bit.py) to 1e-5, so the variants say what a change of the rule
-would give before the kernel is changed. It is not the kernel's emulation (reference_attention_8bit, which the
-GPU tests compare with): sums here run in float64 where the kernel's order is fixed.
+fp64 attention of the same bf16 inputs, on sampled query rows of the synthetic workload's Wan2.1-14B heads or of
+Gaussian q, k, v at 363,600 tokens (dense). Each variant makes one part exact, changes K's scale granularity
+(`--kblocks`: keys per K scale; the kernel's is 128), or multiplies P and V as integers (P as u8 with 255 at the
+running maximum, V as s8 per channel: the other 8-bit operand pair Hopper's tensor cores take). The model's
+cosine for the kernel's own rule equals the one measured on the GPU for the same synthetic rows
+(bench/gpu/accuracy_8bit.py) to 1e-5, so the variants say what a change of the rule would give before the kernel
+is changed. It is not the kernel's emulation (reference_attention_8bit, which the GPU tests compare with): sums
+here run in float64 where the kernel's order is fixed.
 
-    python3 bench/cpu/accuracy_8bit_sources.py [--heads 0 1 2 3] [--rows 2048] [--kblocks 128 16 8 1]
-        [--emulation-blocks 16]
+    python3 bench/cpu/accuracy_8bit_sources.py [--inputs wan gaussian] [--heads 0 1 2 3] [--rows 2048]
+        [--kblocks 128 16 8 1] [--emulation-blocks 16]
 
 --emulation-blocks N adds the row "emulation": the kernel's exact emulation as this build has it
 (reference_attention_8bit through wavealign._core, the host quantizer's codes) on N query blocks of 128 rows,
@@ -42,12 +44,17 @@ def e4m3(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float8_e4m3fn).to(torch.float32)
 
 
-def attention(q, k, v, rows, *, int8_qk=True, fp8_p=True, fp8_v=True, kblock=KV_BLOCK):
-    """O of query rows `rows` under the modelled arithmetic, and the fp64 reference, both [rows, d]."""
+def reference_attention(q, k, v, rows):
+    """The fp64 attention of query rows `rows`, [rows, d]."""
+    return torch.softmax((q[rows].double() @ k.double().T) / math.sqrt(k.shape[1]), -1) @ v.double()
+
+
+def attention(q, k, v, rows, *, int8_qk=True, fp8_p=True, fp8_v=True, integer_pv=False, kblock=KV_BLOCK):
+    """O of query rows `rows` under the modelled arithmetic, [rows, d]. integer_pv: P as u8 (255 at the running
+    maximum) and V as s8 per channel, the integer alternative to e4m3 on Hopper's tensor cores."""
     tokens, d = k.shape
     scale = 1.0 / math.sqrt(d)
     q_rows = q[rows]
-    reference = torch.softmax((q_rows.double() @ k.double().T) * scale, -1) @ v.double()
     if int8_qk:
         q_scale = q_rows.abs().amax(1, keepdim=True) / 127
         q8 = torch.clamp(torch.round(q_rows / q_scale), -127, 127)
@@ -64,17 +71,19 @@ def attention(q, k, v, rows, *, int8_qk=True, fp8_p=True, fp8_v=True, kblock=KV_
     per_block = torch.nn.functional.pad(logits, (0, blocks * KV_BLOCK - tokens), value=-math.inf)
     per_block = per_block.view(len(rows), blocks, KV_BLOCK)
     running = torch.cummax(per_block.amax(2), 1).values  # the row maximum after each block
-    p = torch.exp2(per_block - running[:, :, None] + math.log2(P_MAX))
+    p_max = 255.0 if integer_pv else P_MAX
+    p = torch.exp2(per_block - running[:, :, None] + math.log2(p_max))
     rescale = torch.exp2(running - running[:, -1:])[:, :, None]  # the later blocks' O rescales, folded
     row_sum = (p * rescale).sum((1, 2))
-    p_used = (e4m3(p) if fp8_p else p) * rescale
-    if fp8_v:
-        v_scale = v.abs().amax(0, keepdim=True) / P_MAX
-        v_used = e4m3(v / v_scale) * v_scale
+    if integer_pv:
+        p_used = torch.round(p) * rescale
+        v_scale = v.abs().amax(0, keepdim=True) / 127
+        v_used = torch.round(v / v_scale) * v_scale
     else:
-        v_used = v
-    out = (p_used.view(len(rows), -1)[:, :tokens].double() @ v_used.double()) / row_sum.double()[:, None]
-    return out, reference
+        p_used = (e4m3(p) if fp8_p else p) * rescale
+        v_scale = v.abs().amax(0, keepdim=True) / P_MAX
+        v_used = e4m3(v / v_scale) * v_scale if fp8_v else v
+    return (p_used.view(len(rows), -1)[:, :tokens].double() @ v_used.double()) / row_sum.double()[:, None]
 
 
 def emulation(q, k, v, q_blocks: list[int]):
@@ -89,8 +98,7 @@ def emulation(q, k, v, q_blocks: list[int]):
     _core.reference_attention_8bit(q.numpy()[None], k.numpy()[None], v.numpy()[None], o, lse, row_ptr, col_idx,
                                    KV_BLOCK, KV_BLOCK, 0.0, None)
     rows = torch.cat([torch.arange(b * KV_BLOCK, min(tokens, (b + 1) * KV_BLOCK)) for b in q_blocks])
-    reference = torch.softmax((q[rows].double() @ k.double().T) / math.sqrt(d), -1) @ v.double()
-    return torch.from_numpy(o[0])[rows].double(), reference, rows
+    return torch.from_numpy(o[0])[rows].double(), reference_attention(q, k, v, rows), rows
 
 
 def metrics(out: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
@@ -99,8 +107,24 @@ def metrics(out: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
             "rel_l1": float((o - r).abs().sum() / r.abs().sum())}
 
 
+def head_inputs(source: str, grid: tuple[int, int, int], head: int,
+                seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v [tokens, d] of one head in bf16 values: the synthetic Wan2.1-14B head on the latent grid, or
+    Gaussian with as many tokens."""
+    if source == "wan":
+        qkv = (torch.from_numpy(x) for x in _core.synthetic_head_qkv(*grid, WAN_HEADS, HEAD_DIM, head, seed))
+    else:
+        generator = torch.Generator().manual_seed(1000 * seed + head)
+        qkv = (torch.randn(math.prod(grid), HEAD_DIM, generator=generator) for _ in range(3))
+    return tuple(x.to(torch.bfloat16).float() for x in qkv)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", nargs="+", choices=("wan", "gaussian"), default=["wan"],
+                        help="the synthetic Wan heads, or Gaussian q, k, v")
+    parser.add_argument("--grid", type=int, nargs=3, default=list(GRID), metavar=("T", "H", "W"),
+                        help="latent frames, height and width (tokens = T x H x W)")
     parser.add_argument("--heads", type=int, nargs="+", default=[0, 1, 2, 3], help="heads of the 40")
     parser.add_argument("--rows", type=int, default=2048, help="query rows per head, evenly spaced")
     parser.add_argument("--batch", type=int, default=256, help="query rows per pass (memory: batch x 363,600 x 4 B)")
@@ -110,46 +134,51 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=str(result_record.ROOT / "bench/results/cpu-accuracy-8bit-sources.json"))
     args = parser.parse_args()
-    variants = {"kernel rule": {}, "exact Q.K": {"int8_qk": False}, "exact P and V": {"fp8_p": False, "fp8_v": False}}
+    variants = {"kernel rule": {}, "exact Q.K": {"int8_qk": False}, "exact P and V": {"fp8_p": False, "fp8_v": False},
+                "exact P": {"fp8_p": False}, "exact V": {"fp8_v": False}, "P u8 and V s8": {"integer_pv": True}}
     variants.update({f"K scale per {n} keys": {"kblock": n} for n in args.kblocks if n != KV_BLOCK})
-    tokens = GRID[0] * GRID[1] * GRID[2]
+    tokens = math.prod(args.grid)
     records = []
-    for head in args.heads:
-        q, k, v = (torch.from_numpy(x).to(torch.bfloat16).float()
-                   for x in _core.synthetic_head_qkv(*GRID, WAN_HEADS, HEAD_DIM, head, args.seed))
+
+    def record(source, head, name, rows, out, reference, start):
+        records.append({"input": source, "head": head, "variant": name, "tokens": tokens, "rows": rows,
+                        **metrics(out, reference)})
+        print(f"{source} head {head} {name:26s} cos {records[-1]['cos_sim']:.6f} "
+              f"rel_l1 {records[-1]['rel_l1']:.5f} ({time.perf_counter() - start:.0f} s)", flush=True)
+
+    for source, head in ((source, head) for source in args.inputs for head in args.heads):
+        q, k, v = head_inputs(source, tuple(args.grid), head, args.seed)
         rows = torch.linspace(0, tokens - 1, args.rows).round().long()
+        batches = [rows[i:i + args.batch] for i in range(0, len(rows), args.batch)]
+        start = time.perf_counter()
+        reference = torch.cat([reference_attention(q, k, v, batch) for batch in batches])
         for name, options in variants.items():
             start = time.perf_counter()
-            parts = [attention(q, k, v, rows[i:i + args.batch], **options) for i in range(0, len(rows), args.batch)]
-            record = {"head": head, "variant": name, "tokens": tokens, "rows": args.rows,
-                      **metrics(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))}
-            records.append(record)
-            print(f"head {head} {name:22s} cos {record['cos_sim']:.6f} rel_l1 {record['rel_l1']:.5f} "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+            out = torch.cat([attention(q, k, v, batch, **options) for batch in batches])
+            record(source, head, name, args.rows, out, reference, start)
         if args.emulation_blocks:
             blocks = -(-tokens // KV_BLOCK)
             chosen = sorted({round(i * (blocks - 1) / max(1, args.emulation_blocks - 1))
                              for i in range(args.emulation_blocks)})
             start = time.perf_counter()
-            out, reference, rows_used = emulation(q, k, v, chosen)
-            compared = {"emulation": (out, reference)}
+            out, same_reference, rows_used = emulation(q, k, v, chosen)
+            record(source, head, "emulation", len(rows_used), out, same_reference, start)
             for n in args.kblocks:
-                compared[f"model, K per {n}, same rows"] = attention(q, k, v, rows_used, kblock=n)
-            for name, (o, r) in compared.items():
-                record = {"head": head, "variant": name, "tokens": tokens, "rows": len(rows_used), **metrics(o, r)}
-                records.append(record)
-                print(f"head {head} {name:22s} cos {record['cos_sim']:.6f} rel_l1 {record['rel_l1']:.5f} "
-                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+                record(source, head, f"model, K per {n}, same rows", len(rows_used),
+                       attention(q, k, v, rows_used, kblock=n), same_reference, start)
     same_rows = ["emulation"] + [f"model, K per {n}, same rows" for n in args.kblocks]
     names = list(variants) + (same_rows if args.emulation_blocks else [])
-    worst = {name: min(r["cos_sim"] for r in records if r["variant"] == name) for name in names}
-    heads = " ".join(map(str, args.heads))
-    command = (f"python3 bench/cpu/accuracy_8bit_sources.py --heads {heads} --rows {args.rows} "
+    worst = {source: {name: min(r["cos_sim"] for r in records if r["variant"] == name and r["input"] == source)
+                      for name in names} for source in args.inputs}
+    command = (f"python3 bench/cpu/accuracy_8bit_sources.py --inputs {' '.join(args.inputs)} "
+               f"--grid {' '.join(map(str, args.grid))} "
+               f"--heads {' '.join(map(str, args.heads))} --rows {args.rows} "
                f"--kblocks {' '.join(map(str, args.kblocks))} --emulation-blocks {args.emulation_blocks}")
     result_record.write(args.out, result_record.make(result_record.cpu_model(), command, variants=records,
                                                      worst_head_cos_sim=worst))
-    for name, value in worst.items():
-        print(f"worst head: {name:22s} cos {value:.6f}")
+    for source, by_name in worst.items():
+        for name, value in by_name.items():
+            print(f"worst head, {source}: {name:26s} cos {value:.6f}")
     return 0
 
 
