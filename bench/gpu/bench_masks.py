@@ -32,6 +32,28 @@ def merged_runs(previous: list[dict], runs: list[dict], stamp: dict) -> list[dic
     return [row for row in previous if row["case"] not in ran] + [{**run, **stamp} for run in runs]
 
 
+def summary(run: dict) -> str:
+    """The printed lines of one case: its share of the attention and, for XAttention, its estimate's floor ratio
+    with the cuBLAS path's time (16-bit) or the Jaccard index with the 16-bit mask (INT8 estimate)."""
+    lines = [f"{run['case']:>16}: density {run['density']:.3f}, mask {run['mask_ms']:8.2f} ms, attention "
+             f"{run['attention_ms']:8.1f} ms, share {100 * run['mask_share']:5.2f} % "
+             f"(target {100 * run['target_share']:.0f} %{'' if run['meets_target'] else ', MISSED'})"]
+    if "floor_ms" in run:
+        ratio = run["floor_ratio"]
+        floor = (f"floor {run['floor_ms']:8.2f} ms at {run['floor_gemm_tflops']:.0f} TF/s, mask / floor "
+                 f"{ratio:.3f}")
+        if "cublas_mask_ms" in run:
+            lines.append(f"{'':>16}  {run['estimate']} estimate: mask {run['mask_ms']:8.2f} ms, cuBLAS path "
+                         f"{run['cublas_mask_ms']:8.2f} ms, {floor} (target {run['target_floor_ratio']}"
+                         f"{'' if ratio <= run['target_floor_ratio'] else ', MISSED'}), "
+                         f"{run['blocks_differing_from_cublas']} blocks differ from the cuBLAS path's mask")
+        else:
+            lines.append(f"{'':>16}  {run['estimate']} estimate: mask {run['mask_ms']:8.2f} ms, {floor} (the bf16 "
+                         f"floor), Jaccard with the 16-bit mask {run['jaccard_vs_16bit']:.4f} "
+                         f"({run['blocks_differing_from_16bit']} blocks differ)")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("build", type=pathlib.Path, help="CMake build directory holding bench/wa_bench_masks")
@@ -52,16 +74,7 @@ def main():
     sys.stderr.write(result.stderr)
     runs = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     for run in runs:
-        print(f"{run['case']:>16}: density {run['density']:.3f}, mask {run['mask_ms']:8.2f} ms, attention "
-              f"{run['attention_ms']:8.1f} ms, share {100 * run['mask_share']:5.2f} % "
-              f"(target {100 * run['target_share']:.0f} %{'' if run['meets_target'] else ', MISSED'})")
-        if "floor_ms" in run:
-            ratio = run["floor_ratio"]
-            print(f"{'':>16}  {run['estimate']} estimate: mask {run['mask_ms']:8.2f} ms, cuBLAS path "
-                  f"{run['cublas_mask_ms']:8.2f} ms, floor {run['floor_ms']:8.2f} ms at "
-                  f"{run['floor_gemm_tflops']:.0f} TF/s, mask / floor {ratio:.3f} (target "
-                  f"{run['target_floor_ratio']}{'' if ratio <= run['target_floor_ratio'] else ', MISSED'}), "
-                  f"{run['blocks_differing_from_cublas']} blocks differ from the cuBLAS path's mask")
+        print(summary(run))
     record = result_record.make(runs[0]["gpu"] if runs else "unknown",
                                 "bench/gpu/bench_masks.py " + " ".join(sys.argv[1:]))
     previous = json.loads(args.out.read_text())["runs"] if args.out.exists() else []

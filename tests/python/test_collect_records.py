@@ -85,3 +85,15 @@ def test_the_recorded_attention_file_keeps_flexattention_beside_our_kernel_of_it
     peers = record[collect_attention.PEERS]
     assert not collect_attention.has_peers_or_ncu(record) and collect_attention.has_peers_or_ncu(peers)
     assert {case["impl"] for case in peers["cases"]} >= {"wavealign-kernel", "flexattention", "sdpa"}
+
+
+def test_the_mask_bench_prints_both_xattention_estimates():
+    common = {"density": 0.178, "mask_ms": 111.3, "attention_ms": 788.0, "mask_share": 0.14, "target_share": 0.05,
+              "meets_target": False, "floor_ms": 124.0, "floor_gemm_tflops": 682.0}
+    sixteen = bench_masks.summary({**common, "case": "xattention-s16", "estimate": "fused", "floor_ratio": 1.391,
+                                   "cublas_mask_ms": 210.9, "target_floor_ratio": 1.25,
+                                   "blocks_differing_from_cublas": 13})
+    assert "cuBLAS path   210.90 ms" in sixteen and "mask / floor 1.391 (target 1.25, MISSED)" in sixteen
+    int8 = bench_masks.summary({**common, "case": "xattention-s16-int8", "estimate": "fused-int8",
+                                "floor_ratio": 0.898, "jaccard_vs_16bit": 0.9971, "blocks_differing_from_16bit": 42})
+    assert "mask / floor 0.898 (the bf16 floor), Jaccard with the 16-bit mask 0.9971 (42 blocks differ)" in int8
