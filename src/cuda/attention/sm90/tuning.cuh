@@ -55,13 +55,17 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
           .kv_load_order = KvLoadOrder::kKThenV, .uniform_trip_count = true};
 }
 
-/// The 8-bit kernel (INT8 Q K^T, FP8 P V; 128 x 128 blocks, d = 128, 384 threads, 1 CTA per SM). Its tiles are
-/// half the bf16 kernel's bytes (16 KB each: 80 KB of shared memory at 2 stages).
-/// - 2 K/V stages and K ahead where rows skip: the bf16 kernel's choices at the same tile shape, for the same
-///   reason (the CTAs of a head walk K/V in near-lockstep through L2; docs/kernel-8bit.md).
-/// - 40 / 232 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16).
+/// The 8-bit kernel (INT8 Q K^T, FP8 P V; 128 x 128 blocks, d = 128, 512 threads, 1 CTA per SM): 3 consumer
+/// warpgroups, each an independent pipeline of 64-row half items with its own Q buffer (8 KB) and K/V ring
+/// (16 KB tiles: 3 x (8 + 2 x 32) = 216 KB of shared memory at 2 stages).
+/// - 2 K/V stages per pipeline, K ahead where rows skip: the bf16 kernel's choices at the same tile shape.
+/// - 32 / 160 registers: 65536 / 512 = 128 per thread at launch, 32 + 3 x 160 = 512 = 4 x 128. A consumer runs
+///   its blocks without the intra-warpgroup overlap (mainloop.cuh), so it holds O (64 fp32) with either S (64,
+///   converted in place) or the block's P V partial (64 fp32) and P (16), never all four: 160 registers hold
+///   it without spills, where the overlapped form needs about 238 (232 spilled 40 bytes). The producer warps
+///   keep their loop at 32 (24 spilled).
 constexpr Tuning int8_tuning() {
-  return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 40, .consumer_registers = 232,
+  return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 32, .consumer_registers = 160,
           .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};
 }
 

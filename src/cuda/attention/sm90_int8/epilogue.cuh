@@ -1,4 +1,4 @@
-// Epilogue of the 8-bit Hopper kernel: O from the accumulator registers, scaled per channel by V's scale and per
+// Epilogue of the 8-bit Hopper kernel, per half item (64 rows, one consumer warpgroup): O from the accumulator registers, scaled per channel by V's scale and per
 // row by 1 / l (l in units of P', like O), to the item's original rows in the output type (4-byte pairs, the bf16
 // kernel's store pattern); the LSE with the K smoothing's shift of the row added back.
 #pragma once
@@ -29,7 +29,7 @@ struct Epilogue {
                                const sm90::WorkRecord& record, TensorO const& o, const float (&sum)[2],
                                const float (&lse_log2)[2], int tid) {
     const int t = tid & 3;
-    const int first_token = record.q_block * Traits::kBlockM + frag_row(tid);
+    const int first_token = record.q_block * Traits::kRowsPerConsumer + frag_row(tid);  // q_block: 64-row halves
     Output* out = static_cast<Output*>(p.o) + entry_offset(p, record.head, p.o_batch_stride);
     const float* channel_scales = quant.v_scale + int64_t(record.head) * kHeadDim + 2 * t;
     float2 v_scale[kHeadDim / 8];

@@ -1,6 +1,13 @@
 // Compile-time shape of the 8-bit Hopper kernel: S = Q K^T on INT8 wgmma (s8 x s8 -> s32), O += P V on FP8
-// wgmma (e4m3 x e4m3 -> f32) with P from registers; 128 x 128 blocks, d = 128; the bf16 kernel's warp roles
-// (1 producer warpgroup, 2 consumer warpgroups of 64 query rows), choices from the tuning table's 8-bit entry.
+// wgmma (e4m3 x e4m3 -> f32) with P from registers; 128 x 128 blocks, d = 128; choices from the tuning table's
+// 8-bit entry.
+//
+// Warp roles: 1 producer warpgroup and 3 consumer warpgroups. Each consumer warpgroup is an independent
+// pipeline of half items (64 query rows of a 128-row item): its own Q buffer of 64 rows, its own 2-stage K/V
+// ring and its own work-record ring, fed by its own producer warp (warp c of warpgroup 0 serves consumer c).
+// The three pipelines share nothing but the CTA's register file and shared memory; the latency the previous
+// 2-consumer layout hid inside a warpgroup (S_i issued with the P V product of block i - 1) is hidden across
+// warpgroups instead, which is what lets a consumer fit 160 registers (tuning.cuh).
 //
 // Every tile is 128 x 128 bytes, K-major with the 128-byte swizzle (8 rows of 128 bytes per atom): Q and K as
 // [tokens, d] rows, V transposed as [d, keys] rows, because 8-bit wgmma reads both shared-memory operands
@@ -32,8 +39,10 @@ struct KernelTraits {
   static constexpr int kBlockN = 128;
   static constexpr Tuning kTuning = sm90::int8_tuning();
   static constexpr int kStages = kTuning.kv_stages;
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+  static constexpr int kConsumerWarpgroups = 3;  // = pipelines = producer warps
+  static constexpr int kRowsPerConsumer = 64;     // a half item: one warpgroup's wgmma M
+  static constexpr int kHalves = kBlockM / kRowsPerConsumer;
+  static constexpr int kPipelineConsumerWarps = 4;  // the arrivals on a pipeline's empty barriers
   static constexpr int kThreads = 128 + 128 * kConsumerWarpgroups;
   static constexpr int kMinBlocksPerSm = kTuning.ctas_per_sm;
   static constexpr int kProducerRegisters = kTuning.producer_registers;
@@ -43,9 +52,10 @@ struct KernelTraits {
                     (1 + kConsumerWarpgroups) * kLaunchRegisters,
                 "setmaxnreg: the consumers' increase must fit in what the producer's decrease frees");
 
-  using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;  // (rows, keys, d)
-  using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;  // (rows, d, keys)
-  using AtomLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
+  // One warpgroup per tiled MMA: a consumer's 64 rows.
+  using TileShapeQK = cute::Shape<cute::Int<kRowsPerConsumer>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;  // (rows, keys, d)
+  using TileShapePV = cute::Shape<cute::Int<kRowsPerConsumer>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;  // (rows, d, keys)
+  using AtomLayout = cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>;
   using TiledMmaQK = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<int8_t, int8_t, int32_t, TileShapeQK>(), AtomLayout{}));
   using TiledMmaPV = decltype(cute::make_tiled_mma(
@@ -55,7 +65,8 @@ struct KernelTraits {
 
   using SmemAtomQK = cute::SM90::GMMA::Layout_K_SW128_Atom<int8_t>;
   using SmemAtomV = cute::SM90::GMMA::Layout_K_SW128_Atom<Fp8>;
-  using SmemLayoutQ = decltype(cute::tile_to_shape(SmemAtomQK{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutQ =
+      decltype(cute::tile_to_shape(SmemAtomQK{}, cute::Shape<cute::Int<kRowsPerConsumer>, cute::Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       SmemAtomQK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   // V^T tiles: (d, keys, stage), keys contiguous: the P V GEMM's B operand (N = d, K = keys), K-major.
@@ -71,14 +82,16 @@ struct KernelTraits {
   using GmemV = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Fp8*>(nullptr)), GmemShape{},
                                            GmemStride{}));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemQK{}, SmemLayoutQ{},
-                                            cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}, cute::_1{}));
+                                            cute::Shape<cute::Int<kRowsPerConsumer>, cute::Int<kHeadDim>>{},
+                                            cute::_1{}));
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemQK{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}, cute::_1{}));
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemV{}, cute::take<0, 2>(SmemLayoutV{}),
                                             cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::_1{}));
 
-  static constexpr int kTileBytes = kBlockM * kHeadDim;  // one Q, K or V tile: 16 KB
-  static_assert(kTileBytes == int(cute::cosize_v<SmemLayoutQ>) && kTileBytes % 1024 == 0,
+  static constexpr int kTileBytes = kBlockN * kHeadDim;            // one K or V tile: 16 KB
+  static constexpr int kQTileBytes = kRowsPerConsumer * kHeadDim;  // one consumer's Q rows: 8 KB
+  static_assert(kQTileBytes == int(cute::cosize_v<SmemLayoutQ>) && kQTileBytes % 1024 == 0,
                 "Q is whole swizzle periods");
 };
 

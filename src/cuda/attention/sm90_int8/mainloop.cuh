@@ -1,12 +1,15 @@
-// Mainloop of the 8-bit Hopper kernel: the producer warp's TMA loads (Q, K, V^T tiles and each K block's scale)
-// and the consumer warpgroups' INT8 S GEMM, online softmax and FP8 P V GEMM.
+// Mainloop of the 8-bit Hopper kernel: a producer warp's TMA loads (Q, K, V^T tiles and each K block's scale)
+// and a consumer warpgroup's INT8 S GEMM, online softmax and FP8 P V GEMM, for one of the CTA's three
+// independent pipelines (kernel_traits.cuh). The work unit is a half item: 64 query rows of a 128-row item.
 //
-// The pipeline is the bf16 kernel's (FA3's intra-warpgroup overlap): S_0 and its softmax; then per block issue
-// S_i and the P V product of block i - 1 back to back, run the softmax of S_i while that product runs, and fold
-// the product into O once it has drained; finally the last product. Each block's P V product starts from zero
-// and is added into O in fp32 on the CUDA cores (O = O * factor + partial), so O never accumulates across
-// blocks inside the FP8 tensor-core accumulator, which keeps fewer bits than fp32. Every step depends only on
-// the row's blocks in walk order, so O and LSE are the same bits under every schedule.
+// A consumer runs its blocks one after another: S_i, its softmax and P_i, then the P V product of block i, added
+// into O in fp32 on the CUDA cores once it has drained (O = O * factor_i + partial_i). Each block's P V product
+// starts from zero, so O never accumulates across blocks inside the FP8 tensor-core accumulator, which keeps
+// fewer bits than fp32. The warpgroup waits on each GEMM; the other two consumer warpgroups of the SM fill that
+// time (the previous layout overlapped S_{i+1} with the product of block i inside a warpgroup, which needs O,
+// the partial, S and P live at once: about 238 registers). The operations on a row and their order are the
+// previous layout's, so O and LSE keep their bits, and every step depends only on the row's blocks in walk
+// order, so they are the same bits under every schedule.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -44,15 +47,44 @@ struct KernelParams {
   typename Traits::TmaV tma_v;
 };
 
+/// One pipeline: a consumer warpgroup's Q rows, its K/V ring, the K scales of the ring's blocks and the barriers
+/// and record ring that its producer warp and it share (kPipelineConsumerWarps arrivals on the empty barriers).
 template <class Traits>
-struct SharedStorage {
+struct PipelineStorage {
   // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
-  cute::array_aligned<int8_t, Traits::kTileBytes, 1024> q;
+  cute::array_aligned<int8_t, Traits::kQTileBytes, 1024> q;
   cute::array_aligned<int8_t, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
   cute::array_aligned<typename Traits::Fp8, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
   float k_scale[Traits::kStages];  // the scale of the K block in each stage, written by the producer
-  sm90::PipelineBarriers<Traits::kStages, Traits::kConsumerWarps> pipe;
+  sm90::PipelineBarriers<Traits::kStages, Traits::kPipelineConsumerWarps> pipe;
 };
+
+template <class Traits>
+struct SharedStorage {
+  PipelineStorage<Traits> pipelines[Traits::kConsumerWarpgroups];
+
+  __device__ void init() {
+    for (int c = 0; c < Traits::kConsumerWarpgroups; ++c) pipelines[c].pipe.init();
+  }
+};
+
+/// Half-item tickets: ticket t is half t % 2 of schedule item t / 2, so the halves of an item are adjacent in
+/// schedule order. The first tickets are c * gridDim.x + blockIdx.x for producer warp c; each later one is
+/// atomicAdd(counter) + kConsumerWarpgroups * gridDim.x, taken by a producer warp once its half item's last
+/// load is issued. The item keeps its own ticket's meaning (decode_work_item with ticket t / 2: sawtooth waves
+/// of gridDim.x items, both halves walking the same way).
+template <class Traits>
+__device__ __forceinline__ int first_half_ticket(int pipeline) {
+  return pipeline * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
+}
+
+template <class Traits>
+__device__ __forceinline__ int next_half_ticket(const AttentionParams& params, int lane) {
+  int ticket = 0;
+  if (lane == 0)
+    ticket = static_cast<int>(atomicAdd(params.ticket, 1u)) + Traits::kConsumerWarpgroups * static_cast<int>(gridDim.x);
+  return __shfl_sync(0xffffffffu, ticket, 0);
+}
 
 /// Writes `value` into the scores of columns at or past `valid_columns` (the keys past the sequence end in the
 /// partial last block).
@@ -74,8 +106,11 @@ struct Mainloop {
   static constexpr int kStages = Traits::kStages;
   static constexpr KvLoadOrder kKvLoadOrder = Traits::kTuning.kv_load_order;
 
-  /// Producer warp (all 32 lanes run the loop; lane 0 waits on barriers, stores the K scales and issues TMA).
-  __device__ static void load(const KernelParams<Traits>& params, SharedStorage<Traits>& storage, int lane) {
+  /// Producer warp `pipeline` (all 32 lanes run the loop; lane 0 waits on barriers, stores the K scales and
+  /// issues TMA) for its consumer warpgroup's pipeline. It publishes each half item as a WorkRecord whose
+  /// q_block counts 64-row halves (2 q_block + half), followed by its Q rows and the item's K/V blocks.
+  __device__ static void load(const KernelParams<Traits>& params, PipelineStorage<Traits>& storage, int pipeline,
+                              int lane) {
     using namespace cute;
     const AttentionParams& p = params.base;
     const QuantizedOperands& quant = params.quant;
@@ -95,13 +130,13 @@ struct Mainloop {
     RecordRing ring = storage.pipe.record_ring();
     StageCounter<kStages> kv;
     StageCounter<1> q_stage;
-    int ticket = static_cast<int>(blockIdx.x);
+    int ticket = first_half_ticket<Traits>(pipeline);
     for (;;) {
       WorkRecord record{-1, 0, 0, -1};
       WorkItem item;
-      if (ticket < p.items) {
-        item = decode_work_item(p, ticket);
-        record = WorkRecord{item.head, item.q_block, item.n_blocks, -1};
+      if (ticket < Traits::kHalves * p.items) {
+        item = decode_work_item(p, ticket / Traits::kHalves);
+        record = WorkRecord{item.head, Traits::kHalves * item.q_block + ticket % Traits::kHalves, item.n_blocks, -1};
       }
       if (record.head >= 0) record.partial_position = sm90::partial_position<kBlockN>(p, item);
       ring.publish(record, lane);
@@ -109,11 +144,12 @@ struct Mainloop {
 
       if (item.n_blocks > 0) {
         const int entry = item.head;
-        Tensor gQ = local_tile(mQ(_, _, entry), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(item.q_block, _0{}));
+        Tensor gQ = local_tile(mQ(_, _, entry), Shape<Int<Traits::kRowsPerConsumer>, Int<kHeadDim>>{},
+                               make_coord(record.q_block, _0{}));
         auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         if (lane == 0) {
           Barrier::wait(&storage.pipe.q_empty, q_stage.phase() ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.q_full, Traits::kTileBytes);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.q_full, Traits::kQTileBytes);
           copy(params.tma_q.with(storage.pipe.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
         }
         q_stage.advance();
@@ -180,7 +216,7 @@ struct Mainloop {
           walk(std::false_type{});
         }
       }
-      ticket = sm90::fetch_next_ticket(p, lane);
+      ticket = next_half_ticket<Traits>(p, lane);
     }
     // Tail: the consumers have released every stage before the producer warp retires, so no TMA write into
     // this CTA's shared memory is still in flight.
@@ -193,11 +229,11 @@ struct Mainloop {
     }
   }
 
-  /// One item for the epilogue: O (unnormalized, in units of P') and the softmax state. kv and q_stage are the
-  /// consumer's stage counters, advanced by what the item uses.
+  /// One half item for the epilogue: O (unnormalized, in units of P') and the softmax state. kv and q_stage are
+  /// the consumer's stage counters, advanced by what the item uses; tid is the thread's index in its warpgroup.
   template <class TensorO>
   __device__ static void compute_item(const AttentionParams& p, const QuantizedOperands& quant,
-                                      SharedStorage<Traits>& storage, const WorkRecord& record,
+                                      PipelineStorage<Traits>& storage, const WorkRecord& record,
                                       StageCounter<kStages>& kv, StageCounter<1>& q_stage, TensorO& tOrO,
                                       OnlineSoftmax& softmax, int tid) {
     using namespace cute;
@@ -225,7 +261,7 @@ struct Mainloop {
     const int n = record.n_blocks;
     const int partial_position = record.partial_position;
     // The row scales times scale_log2 once per item; each block multiplies in its K scale.
-    const int first_row = record.q_block * kBlockM + frag_row(tid);
+    const int first_row = record.q_block * Traits::kRowsPerConsumer + frag_row(tid);
     const float* row_scales = quant.q_scale + int64_t(record.head) * p.tokens;
     float row_multiplier[2];
 #pragma unroll
@@ -266,8 +302,9 @@ struct Mainloop {
     softmax.reset();
     clear(tOrO);
 
-    float pending[2];  // the factor of the block whose P V product comes next
-    {
+    // Block by block: S_i, its softmax and P_i, then the P V product of block i, folded in once it has drained.
+    // O = O * factor_i + partial_i with factor_0 = 0 (the previous layout's fold, operand for operand).
+    for (int position = 0; position < n; ++position) {
       const int stage = kv.index();
       Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
@@ -276,46 +313,18 @@ struct Mainloop {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       sm90::release_stage(&storage.pipe.k_empty[stage], lane);
-      if (n == 1) sm90::release_stage(&storage.pipe.q_empty, lane);
-      softmax_of(multiplier, 0, pending);
-      convert_p(s, p_registers);
-    }
-    for (int position = 1; position < n; ++position) {
-      const int prev_stage = kv.index();
-      const uint32_t prev_phase = kv.phase();
-      kv.advance();
-      const int stage = kv.index();
-      Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
-      sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-      // V_{i-1} is waited for after S_i is issued, so the S GEMM starts while V is in flight (the bf16 order).
-      Barrier::wait(&storage.pipe.v_full[prev_stage], prev_phase);
-      sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrPartial);
-      float multiplier[2];
-      multipliers_of(stage, multiplier);
-      warpgroup_wait<1>();  // S_i is ready; the P V product of block i - 1 may still run
-      warpgroup_fence_operand(tSrS);
-      sm90::release_stage(&storage.pipe.k_empty[stage], lane);
       if (position == n - 1) sm90::release_stage(&storage.pipe.q_empty, lane);
       float factor[2];
       softmax_of(multiplier, position, factor);
-      warpgroup_wait<0>();  // the P V product has drained: V_{i-1}, its partial and the P registers are free
-      warpgroup_fence_operand(tOrPartial);
-      warpgroup_fence_operand(tOrP);
-      sm90::release_stage(&storage.pipe.v_empty[prev_stage], lane);
       convert_p(s, p_registers);
-      fold(pending);
-      pending[0] = factor[0];
-      pending[1] = factor[1];
-    }
-    {
-      const int stage = kv.index();
       Barrier::wait(&storage.pipe.v_full[stage], kv.phase());
       sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrPartial);
-      warpgroup_wait<0>();
+      warpgroup_wait<0>();  // the P V product has drained: V_i, the partial and the P registers are free
       warpgroup_fence_operand(tOrPartial);
+      warpgroup_fence_operand(tOrP);
       sm90::release_stage(&storage.pipe.v_empty[stage], lane);
       kv.advance();
-      fold(pending);
+      fold(factor);
     }
   }
 };
