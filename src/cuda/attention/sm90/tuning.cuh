@@ -60,10 +60,11 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
 /// (16 KB tiles: 3 x (8 + 2 x 32) = 216 KB of shared memory at 2 stages).
 /// - 2 K/V stages per pipeline, K ahead where rows skip: the bf16 kernel's choices at the same tile shape.
 /// - 32 / 160 registers: 65536 / 512 = 128 per thread at launch, 32 + 3 x 160 = 512 = 4 x 128. A consumer runs
-///   its blocks without the intra-warpgroup overlap (mainloop.cuh), so it holds O (64 fp32) with either S (64,
-///   converted in place) or the block's P V partial (64 fp32) and P (16), never all four: 160 registers hold
-///   it without spills, where the overlapped form needs about 238 (232 spilled 40 bytes). The producer warps
-///   keep their loop at 32 (24 spilled).
+///   its blocks without the intra-warpgroup overlap and issues the P V product in two halves of d
+///   (mainloop.cuh), so it holds O (64 fp32) with either S (64) or one half's partial (32) and P (16), never
+///   O, the whole partial, S and P at once: 160 registers hold it without spills (the overlapped form needs
+///   about 238: 232 spilled 40 bytes, 160 spilled 804). The producer loop spills at 32 (62 bytes stored,
+///   112 loaded per compile; 24 spills more), outside the consumers' path.
 constexpr Tuning int8_tuning() {
   return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 32, .consumer_registers = 160,
           .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};

@@ -58,8 +58,13 @@ struct KernelTraits {
   using AtomLayout = cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>;
   using TiledMmaQK = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<int8_t, int8_t, int32_t, TileShapeQK>(), AtomLayout{}));
+  // The P V GEMM in two halves of d (64 channels each, 64 x 64 x 32 atoms): a half's partial is 32 registers,
+  // folded into O before the other half is issued. A channel's value does not depend on the split: each output
+  // element is its own reduction over the block's keys, in the same k32 steps.
+  static constexpr int kPvHalfD = kHeadDim / 2;
+  using TileShapePVHalf = cute::Shape<cute::Int<kRowsPerConsumer>, cute::Int<kPvHalfD>, cute::Int<kBlockN>>;
   using TiledMmaPV = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::rs_op_selector<Fp8, Fp8, float, TileShapePV, cute::SM90::GMMA::Major::K,
+      cute::SM90::GMMA::rs_op_selector<Fp8, Fp8, float, TileShapePVHalf, cute::SM90::GMMA::Major::K,
                                        cute::SM90::GMMA::Major::K>(),
       AtomLayout{}));
 

@@ -246,9 +246,13 @@ struct Mainloop {
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
     Tensor tSrQ = thr_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
     Tensor tSrK = thr_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, stage)
-    Tensor tOrV = thr_pv.partition_fragment_B(sV);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tOrV = thr_pv.partition_fragment_B(sV);  // (MMA, MMA_N = 2 halves of d, MMA_K, stage)
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));  // int32
-    Tensor tOrPartial = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
+    // One half of d's partial; O is (MMA, 1, 2): its flat index i + 32 nh is channel slot i of half nh, the same
+    // order as one 128-wide fragment (fragment.cuh), which the epilogue indexes.
+    Tensor tOrPartial = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePVHalf{}));
+    constexpr int kHalfSize = decltype(size(tOrPartial))::value;
+    static_assert(kHalfSize == 32 && decltype(size(tOrO))::value == 2 * kHalfSize, "O is two halves of d");
     // P as the register A operand of the P V GEMM: per k32 atom ((4, 2, 2)) 16 bytes (softmax.cuh's convert_p).
     Tensor tOrP = make_tensor<typename Traits::Fp8>(Layout<Shape<Shape<_4, _2, _2>, _1, Int<kBlockN / 32>>>{});
     Tensor p_registers = recast<uint32_t>(tOrP);
@@ -291,10 +295,11 @@ struct Mainloop {
       if (partial) mask_columns(s, valid_in_partial, quad_lane, 0.f);
       softmax.accumulate(s, factor);
     };
-    // O = O * factor + the block's partial, once its P V product has drained.
-    auto fold = [&](const float (&factor)[2]) {
+    // O = O * factor + the block's partial for half nh of d, once its P V product has drained.
+    auto fold = [&](const float (&factor)[2], int nh) {
       CUTE_UNROLL
-      for (int i = 0; i < size(tOrO); ++i) tOrO(i) = fmaf(tOrO(i), factor[(i >> 1) & 1], tOrPartial(i));
+      for (int i = 0; i < kHalfSize; ++i)
+        tOrO(i + kHalfSize * nh) = fmaf(tOrO(i + kHalfSize * nh), factor[(i >> 1) & 1], tOrPartial(i));
     };
 
     Barrier::wait(&storage.pipe.q_full, q_stage.phase());
@@ -318,13 +323,20 @@ struct Mainloop {
       softmax_of(multiplier, position, factor);
       convert_p(s, p_registers);
       Barrier::wait(&storage.pipe.v_full[stage], kv.phase());
-      sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrPartial);
-      warpgroup_wait<0>();  // the P V product has drained: V_i, the partial and the P registers are free
-      warpgroup_fence_operand(tOrPartial);
+      CUTE_UNROLL
+      for (int nh = 0; nh < 2; ++nh) {
+        Tensor tOrV_half = tOrV(_, nh, _, stage);  // (MMA, MMA_K), as (MMA, 1, MMA_K) for the GEMM
+        sm90::gemm_async<true>(
+            mma_pv, tOrP,
+            make_tensor(tOrV_half.data(), make_layout(layout<0>(tOrV_half), Layout<_1, _0>{}, layout<1>(tOrV_half))),
+            tOrPartial);
+        warpgroup_wait<0>();  // this half's product has drained: its partial is complete
+        warpgroup_fence_operand(tOrPartial);
+        fold(factor, nh);
+      }
       warpgroup_fence_operand(tOrP);
-      sm90::release_stage(&storage.pipe.v_empty[stage], lane);
+      sm90::release_stage(&storage.pipe.v_empty[stage], lane);  // V_i and the P registers are free
       kv.advance();
-      fold(factor);
     }
   }
 };
