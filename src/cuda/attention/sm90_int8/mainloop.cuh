@@ -139,6 +139,12 @@ struct Mainloop {
         record = WorkRecord{item.head, Traits::kHalves * item.q_block + ticket % Traits::kHalves, item.n_blocks, -1};
       }
       if (record.head >= 0) record.partial_position = sm90::partial_position<kBlockN>(p, item);
+      // The second half of the last query block can lie wholly past the sequence end: it loads nothing and its
+      // consumer writes nothing (the epilogue skips rows at or past the end).
+      if (record.head >= 0 && record.q_block * Traits::kRowsPerConsumer >= p.tokens) {
+        record.n_blocks = 0;
+        item.n_blocks = 0;
+      }
       ring.publish(record, lane);
       if (record.head < 0) break;
 
