@@ -8,7 +8,12 @@ GPU for the same rows (bench/gpu/accuracy_8bit.py) to 1e-5, so the variants say 
 would give before the kernel is changed. It is not the kernel's emulation (reference_attention_8bit, which the
 GPU tests compare with): sums here run in float64 where the kernel's order is fixed.
 
-    python3 bench/cpu/accuracy_8bit_sources.py [--heads 4] [--rows 2048] [--kblocks 128 16 8 1]
+    python3 bench/cpu/accuracy_8bit_sources.py [--heads 0 1 2 3] [--rows 2048] [--kblocks 128 16 8 1]
+        [--emulation-blocks 16]
+
+--emulation-blocks N adds the row "emulation": the kernel's exact emulation as this build has it
+(reference_attention_8bit through wavealign._core, the host quantizer's codes) on N query blocks of 128 rows,
+evenly spaced, with the model at each --kblocks granularity on the same rows beside it.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import pathlib
 import sys
 import time
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -71,6 +77,22 @@ def attention(q, k, v, rows, *, int8_qk=True, fp8_p=True, fp8_v=True, kblock=KV_
     return out, reference
 
 
+def emulation(q, k, v, q_blocks: list[int]):
+    """O of the rows of `q_blocks` by the build's emulation of the 8-bit kernel, and the fp64 reference."""
+    tokens, d = k.shape
+    blocks = -(-tokens // KV_BLOCK)
+    counts = [blocks if b in set(q_blocks) else 0 for b in range(blocks)]
+    row_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    col_idx = np.tile(np.arange(blocks, dtype=np.int32), len(q_blocks))
+    o = np.zeros((1, tokens, d), np.float32)
+    lse = np.zeros((1, tokens), np.float32)
+    _core.reference_attention_8bit(q.numpy()[None], k.numpy()[None], v.numpy()[None], o, lse, row_ptr, col_idx,
+                                   KV_BLOCK, KV_BLOCK, 0.0, None)
+    rows = torch.cat([torch.arange(b * KV_BLOCK, min(tokens, (b + 1) * KV_BLOCK)) for b in q_blocks])
+    reference = torch.softmax((q[rows].double() @ k.double().T) / math.sqrt(d), -1) @ v.double()
+    return torch.from_numpy(o[0])[rows].double(), reference, rows
+
+
 def metrics(out: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
     o, r = out.flatten(), reference.flatten()
     return {"cos_sim": float(torch.dot(o, r) / (o.norm() * r.norm())),
@@ -79,10 +101,12 @@ def metrics(out: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--heads", type=int, nargs="+", default=[0, 1, 2, 3], help="heads of the 40")
     parser.add_argument("--rows", type=int, default=2048, help="query rows per head, evenly spaced")
     parser.add_argument("--batch", type=int, default=256, help="query rows per pass (memory: batch x 363,600 x 4 B)")
     parser.add_argument("--kblocks", type=int, nargs="+", default=[128, 16, 8, 1])
+    parser.add_argument("--emulation-blocks", type=int, default=0,
+                        help="query blocks for the build's exact emulation (0: none)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=str(result_record.ROOT / "bench/results/cpu-accuracy-8bit-sources.json"))
     args = parser.parse_args()
@@ -90,7 +114,7 @@ def main() -> int:
     variants.update({f"K scale per {n} keys": {"kblock": n} for n in args.kblocks if n != KV_BLOCK})
     tokens = GRID[0] * GRID[1] * GRID[2]
     records = []
-    for head in range(args.heads):
+    for head in args.heads:
         q, k, v = (torch.from_numpy(x).to(torch.bfloat16).float()
                    for x in _core.synthetic_head_qkv(*GRID, WAN_HEADS, HEAD_DIM, head, args.seed))
         rows = torch.linspace(0, tokens - 1, args.rows).round().long()
@@ -102,9 +126,26 @@ def main() -> int:
             records.append(record)
             print(f"head {head} {name:22s} cos {record['cos_sim']:.6f} rel_l1 {record['rel_l1']:.5f} "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
-    worst = {name: min(r["cos_sim"] for r in records if r["variant"] == name) for name in variants}
-    command = (f"python3 bench/cpu/accuracy_8bit_sources.py --heads {args.heads} --rows {args.rows} "
-               f"--kblocks {' '.join(map(str, args.kblocks))}")
+        if args.emulation_blocks:
+            blocks = -(-tokens // KV_BLOCK)
+            chosen = sorted({round(i * (blocks - 1) / max(1, args.emulation_blocks - 1))
+                             for i in range(args.emulation_blocks)})
+            start = time.perf_counter()
+            out, reference, rows_used = emulation(q, k, v, chosen)
+            compared = {"emulation": (out, reference)}
+            for n in args.kblocks:
+                compared[f"model, K per {n}, same rows"] = attention(q, k, v, rows_used, kblock=n)
+            for name, (o, r) in compared.items():
+                record = {"head": head, "variant": name, "tokens": tokens, "rows": len(rows_used), **metrics(o, r)}
+                records.append(record)
+                print(f"head {head} {name:22s} cos {record['cos_sim']:.6f} rel_l1 {record['rel_l1']:.5f} "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+    same_rows = ["emulation"] + [f"model, K per {n}, same rows" for n in args.kblocks]
+    names = list(variants) + (same_rows if args.emulation_blocks else [])
+    worst = {name: min(r["cos_sim"] for r in records if r["variant"] == name) for name in names}
+    heads = " ".join(map(str, args.heads))
+    command = (f"python3 bench/cpu/accuracy_8bit_sources.py --heads {heads} --rows {args.rows} "
+               f"--kblocks {' '.join(map(str, args.kblocks))} --emulation-blocks {args.emulation_blocks}")
     result_record.write(args.out, result_record.make(result_record.cpu_model(), command, variants=records,
                                                      worst_head_cos_sim=worst))
     for name, value in worst.items():
