@@ -102,8 +102,9 @@ BlockMask xattention_reference(const MethodConfig& config, const HostQk& qk, std
     const float* k = qk.k.data() + size_t(head) * size_t(tokens) * d;
     const Int8Rows codes = options.int8_estimate ? quantize_rows(q, k, tokens, d, stride, rows, columns, per_block)
                                                  : Int8Rows{};
-    // Step 1-2: strided antidiagonal logits of reshaped row i and column j (tokens past the end are zero). The
-    // INT8 logits are those of the smoothed keys: every logit of row i moves by the same amount.
+    // Step 1-2: strided antidiagonal logits of reshaped row i and column j (tokens past the end are zero, so the
+    // reference's padded columns have logit 0). The INT8 logits are those of the smoothed keys: every logit of
+    // row i moves by the same amount.
     auto int8_logit = [&](int64_t i, int64_t j) {
       const int8_t* a = codes.query(i);
       const int8_t* b = codes.key(j);
@@ -128,8 +129,7 @@ BlockMask xattention_reference(const MethodConfig& config, const HostQk& qk, std
     std::vector<double> scores(size_t(blocks) * score_columns, 0.0);
     std::vector<double> row(static_cast<size_t>(columns));
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < columns; ++j)
-        row[j] = j < rows || options.int8_estimate ? logit(i, j) : 0.0;
+      for (int64_t j = 0; j < columns; ++j) row[j] = logit(i, j);
       softmax_in_place(row);
       double* block_row = scores.data() + size_t(i / per_block) * score_columns;
       for (int64_t j = 0; j < columns; ++j) block_row[j / per_block] += row[j];

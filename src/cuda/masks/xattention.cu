@@ -42,6 +42,7 @@
 
 #include "methods/rules.h"
 #include "common/cuda_check.h"
+#include "cuda/common/device.h"
 #include "cuda/masks/finite.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
@@ -115,14 +116,6 @@ bool fused_shape_applies(const MethodConfig& config, int head_dim) {
   const int stride = config.xattention.stride, per_block = config.block / stride;
   const int multiple = config.xattention.int8_estimate ? kXAttentionInt8WidthMultiple : kXAttentionWidthMultiple;
   return kFusedEstimateBuilt && (per_block == 8 || per_block == 16) && (stride * head_dim) % multiple == 0;
-}
-
-bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  WA_CUDA_CHECK(cudaGetDevice(&device));
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
 }
 
 thread_local XAttentionScoring forced_scoring = XAttentionScoring::kAuto;
@@ -467,7 +460,10 @@ ScopedXAttentionScoring::ScopedXAttentionScoring(XAttentionScoring scoring) : pr
 ScopedXAttentionScoring::~ScopedXAttentionScoring() { forced_scoring = previous_; }
 
 bool xattention_fused_applies(const MethodConfig& config, int head_dim) {
-  return fused_shape_applies(config, head_dim) && device_is_sm90();
+  if (!fused_shape_applies(config, head_dim)) return false;
+  int device = 0;
+  WA_CUDA_CHECK(cudaGetDevice(&device));
+  return detail::is_sm90_device(device);
 }
 
 void run_xattention(RunContext& context) {
@@ -476,9 +472,10 @@ void run_xattention(RunContext& context) {
   const FusedShape fused = fused_shape_of(shape);
   const int blocks = context.blocks;
   float* scores = context.workspace->take<float>(size_t(blocks) * shape.score_columns);
-  // One region serves whichever path the run takes (the choice needs the device; measuring has none).
+  // One region serves whichever path the run takes (the choice needs the device; measuring has none). The INT8
+  // estimate has no cuBLAS path, so it needs no room for one (the logit chunk alone is up to 512 MiB).
   WorkspaceCarver blas_size(nullptr), fused_size(nullptr);
-  carve_blas(blas_size, shape);
+  if (!options.int8_estimate) carve_blas(blas_size, shape);
   if (fused_shape_applies(context.config, context.qk.head_dim)) carve_fused(fused_size, shape, fused, context);
   uint8_t* region = context.workspace->take<uint8_t>(std::max(blas_size.used(), fused_size.used()));
   if (context.measuring) return;

@@ -27,48 +27,52 @@ using quantize_rules::quantize_int8;
 constexpr int kKeyThreads = 256;
 constexpr int kQueryThreads = 256;
 constexpr int kQueryRowsPerBlock = kQueryThreads / 32;  // a warp per reshaped query row
+constexpr int kMaxHeadDim = 256;  // the generator refuses more (generator.cu)
 
-/// Smoothed key e of a key block's block_tokens x head_dim values (first token `first`): zero keys past the
-/// sequence are smoothed too.
-__device__ inline float smoothed_key(const uint16_t* k, int64_t token_stride, int64_t tokens, int head_dim,
-                                     ElementType type, const float* mean, int64_t first, int e) {
-  const int64_t t = first + e / head_dim;
-  const int c = e % head_dim;
-  return (t < tokens ? to_float(k[t * token_stride + c], type) : 0.0f) - mean[c];
+/// Value (token t, channel c) of one head's rows, 0 past the sequence; the pass that reads it first tests it
+/// for NaN and inf (kTest), so each value is tested once.
+template <bool kTest>
+__device__ inline float value_at(const uint16_t* rows, int64_t token_stride, int64_t tokens, ElementType type,
+                                 int64_t t, int c, const NonFiniteCheck& check, int m) {
+  if (t >= tokens) return 0.0f;
+  const uint16_t bits = rows[t * token_stride + c];
+  if constexpr (kTest) test_finite(check, bits, m, t, c);
+  return to_float(bits, type);
 }
 
-// Key block J = blockIdx.x: the scale of its smoothed keys and their codes at codes[token * head_dim + c] (the
-// packed key rows of the block are its tokens in order).
+// Key block J = blockIdx.x (block_tokens tokens, zero keys past the sequence): the scale of its keys smoothed
+// by K's mean, and their codes at codes[token * head_dim + c] (the block's packed key rows are its tokens in
+// order).
 __global__ void __launch_bounds__(kKeyThreads)
     quantize_key_blocks_kernel(const uint16_t* __restrict__ k, int64_t token_stride, int64_t tokens, int head_dim,
-                               ElementType type, int block_tokens, const float* __restrict__ mean,
+                               ElementType type, int block_tokens, const float* __restrict__ key_mean,
                                int8_t* __restrict__ codes, float* __restrict__ scales, NonFiniteCheck check, int m) {
   __shared__ uint32_t scratch[32];
+  __shared__ float mean[kMaxHeadDim];
+  for (int c = threadIdx.x; c < head_dim; c += blockDim.x) mean[c] = key_mean[c];
+  __syncthreads();
   const int64_t first = int64_t(blockIdx.x) * block_tokens;
   const int count = block_tokens * head_dim;
   uint32_t top = 0;
   for (int e = threadIdx.x; e < count; e += blockDim.x) {
-    const int64_t t = first + e / head_dim;
-    if (t < tokens) test_finite(check, k[t * token_stride + e % head_dim], m, t, e % head_dim);
-    top = max(top, magnitude_bits(smoothed_key(k, token_stride, tokens, head_dim, type, mean, first, e)));
+    const int c = e % head_dim;
+    const float x = value_at<true>(k, token_stride, tokens, type, first + e / head_dim, c, check, m) - mean[c];
+    top = max(top, magnitude_bits(x));
   }
   top = block_reduce(top, 0u, MaxOp{}, scratch);
   const float scale = bits_float(top) / kInt8Max;
   const float inverse = inverse_of(scale);
   int8_t* out = codes + first * head_dim;
-  for (int e = threadIdx.x; e < count; e += blockDim.x)
-    out[e] = quantize_int8(smoothed_key(k, token_stride, tokens, head_dim, type, mean, first, e), inverse);
+  for (int e = threadIdx.x; e < count; e += blockDim.x) {
+    const int c = e % head_dim;
+    out[e] = quantize_int8(value_at<false>(k, token_stride, tokens, type, first + e / head_dim, c, check, m) - mean[c],
+                           inverse);
+  }
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
 }
 
-/// Value e = t * head_dim + c of reshaped query row i: token i S + S - 1 - t, zero past the sequence.
-__device__ inline float reshaped_query(const uint16_t* q, int64_t token_stride, int64_t tokens, int head_dim,
-                                       ElementType type, int stride, int64_t i, int e) {
-  const int64_t t = i * stride + stride - 1 - e / head_dim;
-  return t < tokens ? to_float(q[t * token_stride + e % head_dim], type) : 0.0f;
-}
-
-// Reshaped query row i (a warp each): its scale and codes at codes[i * width + e].
+// Reshaped query row i (a warp each; value e = t * head_dim + c is token i S + S - 1 - t): its scale and codes at
+// codes[i * width + e].
 __global__ void __launch_bounds__(kQueryThreads)
     quantize_query_rows_kernel(const uint16_t* __restrict__ q, int64_t token_stride, int64_t tokens, int head_dim,
                                ElementType type, int stride, int64_t rows, int8_t* __restrict__ codes,
@@ -76,18 +80,18 @@ __global__ void __launch_bounds__(kQueryThreads)
   const int64_t i = int64_t(blockIdx.x) * kQueryRowsPerBlock + threadIdx.x / 32;
   if (i >= rows) return;  // whole warps leave: the reductions below are per warp
   const int lane = threadIdx.x % 32, width = stride * head_dim;
+  const int64_t last = i * stride + stride - 1;
   uint32_t top = 0;
-  for (int e = lane; e < width; e += 32) {
-    const int64_t t = i * stride + stride - 1 - e / head_dim;
-    if (t < tokens) test_finite(check, q[t * token_stride + e % head_dim], m, t, e % head_dim);
-    top = max(top, magnitude_bits(reshaped_query(q, token_stride, tokens, head_dim, type, stride, i, e)));
-  }
+  for (int e = lane; e < width; e += 32)
+    top = max(top, magnitude_bits(value_at<true>(q, token_stride, tokens, type, last - e / head_dim, e % head_dim,
+                                                 check, m)));
   top = warp_reduce(top, MaxOp{});
   const float scale = bits_float(top) / kInt8Max;
   const float inverse = inverse_of(scale);
   int8_t* out = codes + i * width;
   for (int e = lane; e < width; e += 32)
-    out[e] = quantize_int8(reshaped_query(q, token_stride, tokens, head_dim, type, stride, i, e), inverse);
+    out[e] = quantize_int8(value_at<false>(q, token_stride, tokens, type, last - e / head_dim, e % head_dim, check, m),
+                           inverse);
   if (lane == 0) scales[i] = scale;
 }
 
