@@ -91,6 +91,10 @@ std::vector<Case> cases() {
   list.push_back({"xattention-s8", config, 0.05});
   config.xattention.stride = 16;
   list.push_back({"xattention-s16", config, 0.05});
+  config.xattention.int8_estimate = true;  // the INT8 estimate (fused sm_90 only), compared with the 16-bit one
+  list.push_back({"xattention-s16-int8", config, 0.05});
+  config.xattention.stride = 8;
+  list.push_back({"xattention-s8-int8", config, 0.05});
   config = {};
   config.method = MaskMethod::kSparge;  // theta 0.6, tau 0.98, 64 x 128 native blocks (sm_90)
   list.push_back({"sparge", config, 0.05});
@@ -118,7 +122,8 @@ nlohmann::json options_json(const MethodConfig& config) {
   switch (config.method) {
     case MaskMethod::kXAttention:
       return {{"stride", config.xattention.stride}, {"threshold", config.xattention.threshold},
-              {"force_first_kblock", config.xattention.force_first_kblock}};
+              {"force_first_kblock", config.xattention.force_first_kblock},
+              {"int8_estimate", config.xattention.int8_estimate}};
     case MaskMethod::kSparge:
       return {{"simthreshd1", config.sparge.simthreshd1}, {"cdfthreshd", config.sparge.cdfthreshd},
               {"native_block", {config.sparge.native_block.q_block, config.sparge.native_block.kv_block}},
@@ -296,35 +301,53 @@ int main(int argc, char** argv) {
     std::vector<double> mask_runs;
     for (int i = 0; i < options.iters; ++i) mask_runs.push_back(timed(stream, generate));
 
-    // XAttention: the cuBLAS path on the same inputs (its mask compared with the default run's), and the floor.
+    // XAttention: the floor, and the case's mask against another path's on the same inputs: the cuBLAS path
+    // (timed too), or for the INT8 estimate, which has no cuBLAS path, the 16-bit estimate.
     nlohmann::json estimate = nlohmann::json::object();
     if (bench_case.config.method == MaskMethod::kXAttention) {
-      std::vector<uint8_t> default_mask(static_cast<size_t>(entries)), cublas_mask(static_cast<size_t>(entries));
-      WA_BENCH_CUDA(cudaMemcpy(default_mask.data(), dense, default_mask.size(), cudaMemcpyDeviceToHost));
+      const bool int8 = bench_case.config.xattention.int8_estimate;
+      std::vector<uint8_t> case_mask(static_cast<size_t>(entries)), other_mask(static_cast<size_t>(entries));
+      WA_BENCH_CUDA(cudaMemcpy(case_mask.data(), dense, case_mask.size(), cudaMemcpyDeviceToHost));
       std::vector<double> cublas_runs;
-      {
+      if (int8) {
+        MethodConfig exact_config = bench_case.config;
+        exact_config.xattention.int8_estimate = false;
+        cuda::MaskGenerator exact(exact_config, 1, heads, tokens, d);
+        void* exact_workspace = device_alloc(exact.workspace_bytes());
+        exact.run(qk, outputs, exact_workspace, exact.workspace_bytes(), stream);
+        WA_BENCH_CUDA(cudaStreamSynchronize(stream));
+        WA_BENCH_CUDA(cudaFree(exact_workspace));
+      } else {
         const cuda::masks::ScopedXAttentionScoring forced(cuda::masks::XAttentionScoring::kBlas);
         generate();
         WA_BENCH_CUDA(cudaStreamSynchronize(stream));
         for (int i = 0; i < options.iters; ++i) cublas_runs.push_back(timed(stream, generate));
       }
-      WA_BENCH_CUDA(cudaMemcpy(cublas_mask.data(), dense, cublas_mask.size(), cudaMemcpyDeviceToHost));
-      int64_t differing = 0;
-      for (size_t i = 0; i < default_mask.size(); ++i) differing += default_mask[i] != cublas_mask[i];
+      WA_BENCH_CUDA(cudaMemcpy(other_mask.data(), dense, other_mask.size(), cudaMemcpyDeviceToHost));
+      int64_t both = 0, either = 0;
+      for (size_t i = 0; i < case_mask.size(); ++i) {
+        both += case_mask[i] && other_mask[i];
+        either += case_mask[i] || other_mask[i];
+      }
       const int stride = bench_case.config.xattention.stride;
       const double rows = double((tokens + stride - 1) / stride);
-      const double multiply_adds = double(heads) * rows * rows * double(stride) * d;
-      const double floor_ms = multiply_adds / floor_rate;
-      estimate = {{"estimate", cuda::masks::xattention_fused_applies(bench_case.config, d) ? "fused" : "cublas"},
-                  {"cublas_mask_ms", median(cublas_runs)},
-                  {"cublas_mask_ms_runs", cublas_runs},
-                  {"blocks_differing_from_cublas", differing},
-                  {"floor_gemm", "cublas bf16 16384^3, fp32 accumulation, bf16 out"},
+      const double floor_ms = double(heads) * rows * rows * double(stride) * d / floor_rate;
+      estimate = {{"floor_gemm", "cublas bf16 16384^3, fp32 accumulation, bf16 out"},
                   {"floor_gemm_tflops", 2 * floor_rate / 1e9},
                   {"floor_ms", floor_ms},
-                  {"floor_ratio", median(mask_runs) / floor_ms},
-                  {"target_floor_ratio", 1.25}};
-      generate();  // the default path's mask again, for the plan and the attention below
+                  {"floor_ratio", median(mask_runs) / floor_ms}};
+      if (int8) {
+        estimate["estimate"] = "fused-int8";
+        estimate["jaccard_vs_16bit"] = either == 0 ? 1.0 : double(both) / double(either);
+        estimate["blocks_differing_from_16bit"] = either - both;
+      } else {
+        estimate["estimate"] = cuda::masks::xattention_fused_applies(bench_case.config, d) ? "fused" : "cublas";
+        estimate["cublas_mask_ms"] = median(cublas_runs);
+        estimate["cublas_mask_ms_runs"] = cublas_runs;
+        estimate["blocks_differing_from_cublas"] = either - both;
+        estimate["target_floor_ratio"] = 1.25;
+      }
+      generate();  // the case's own mask again, for the plan and the attention below
       WA_BENCH_CUDA(cudaStreamSynchronize(stream));
     }
 

@@ -65,18 +65,18 @@ PROFILE_METRICS = ("SM Frequency", "Duration", "Executed Ipc Active", "Issue Slo
 
 
 def read_issue_profiles(logs):
-    """[{"impl", metric: value, ...}] from the ncu_<impl>.txt reports of ncu_8bit_issue.sh."""
+    """[{"impl", metric: {"value", "unit"}, ...}] from the ncu_<impl>.txt reports of ncu_8bit_issue.sh, whose
+    metric lines read `NAME [UNIT] VALUE` (the first occurrence of a metric counts)."""
     profiles = []
     for path in sorted(list(logs.glob("ncu_*.txt")) + list(logs.glob("ncu/ncu_*.txt"))):
         profile = {"impl": path.stem[len("ncu_"):].replace("_", "-")}
         for line in path.read_text().splitlines():
-            for metric in PROFILE_METRICS:
-                words = line.split()
-                if line.strip().startswith(metric + " ") and words:
-                    value = words[-1].replace(",", "")
-                    unit = line.strip()[len(metric):].split()[0] if len(line.strip()[len(metric):].split()) > 1 else ""
-                    profile.setdefault(metric.lower().replace(" ", "_").replace(".", ""),
-                                       {"value": float(value), "unit": unit})
+            metric = next((m for m in PROFILE_METRICS if line.strip().startswith(m + " ")), None)
+            if metric is None:
+                continue
+            words = line.strip()[len(metric):].split()
+            profile.setdefault(metric.lower().replace(" ", "_"),
+                               {"value": float(words[-1].replace(",", "")), "unit": " ".join(words[:-1])})
         profiles.append(profile)
     return profiles
 

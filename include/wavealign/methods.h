@@ -52,6 +52,11 @@ struct XAttentionOptions {
   /// non-causal path: zero keys up to its chunk multiple take part with logit 0 and their blocks count toward
   /// the row total before being sliced away.
   bool mask_padded_keys = true;
+  /// Parity off (ours, not the reference's): score Q and K as INT8, the 8-bit attention's quantization adapted
+  /// to the reshaped rows: K minus its channel means (softmax-invariant), one scale per reshaped query row and
+  /// one per key block (max |x| / 127), integer dot products. Runs on the fused sm_90 estimate only (INT8
+  /// wgmma); the mask may differ from the 16-bit estimate's where block scores are close (docs/methods.md).
+  bool int8_estimate = false;
 };
 
 /// SpargeAttn. On its native block shape: K smoothed by its sequence mean, per block the mean row and the

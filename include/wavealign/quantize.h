@@ -15,10 +15,13 @@
 
 namespace wavealign {
 
-/// The 8-bit path's one head_dim, and its KV block: K has one scale per 128 keys, V's rows are padded to a
-/// multiple of 128 keys (the kernel's 128 x 128 blocks).
+/// The 8-bit path's one head_dim, and its KV block: V's rows are padded to a multiple of 128 keys (the kernel's
+/// 128 x 128 blocks). K has one scale per group of 16 keys, 8 per block: a wgmma accumulator gives each thread
+/// whole groups of 4 of a row's columns, so a group's scale is one more multiplier per row, not per score.
 constexpr int kQuantizedHeadDim = 128;
 constexpr int kQuantizedKvBlock = 128;
+constexpr int kKeyScaleGroup = 16;
+constexpr int kKeyScaleGroups = kQuantizedKvBlock / kKeyScaleGroup;
 
 /// 256 bytes: every region starts where a CUDA allocation's base does, so each can be viewed as its own tensor.
 constexpr size_t kQuantizedAlignment = 256;
@@ -43,8 +46,8 @@ struct QuantizedLayout {
   QuantizedRegion q8;         // int8 [entries, tokens, 128], in [-127, 127]: q ~ q8 * q_scale of its row
   QuantizedRegion q_scale;    // float [entries, tokens]: max |q| of the row / 127
   QuantizedRegion lse_shift;  // float [entries, tokens]: scale * q . k_mean, what the smoothing took off the LSE
-  QuantizedRegion k8;         // int8 [entries, tokens, 128]: k - k_mean ~ k8 * k_scale of its block
-  QuantizedRegion k_scale;    // float [entries, kv_blocks]: max |k - k_mean| of the 128-key block / 127
+  QuantizedRegion k8;         // int8 [entries, tokens, 128]: k - k_mean ~ k8 * k_scale of its 16-key group
+  QuantizedRegion k_scale;    // float [entries, kv_blocks, 8]: max |k - k_mean| of each 16-key group / 127
   QuantizedRegion k_mean;     // float [entries, 128]: K's mean over the tokens, per channel
   QuantizedRegion v8;         // fp8 e4m3 bytes [entries, 128, padded_tokens], V transposed (channel rows):
                               // v ~ v8 * v_scale of its channel, key t at position v_key_position(t), keys

@@ -89,6 +89,7 @@ const std::vector<OptionBinding>& option_bindings() {
       WA_PLAIN_OPTION("stride", kXAttention, xattention.stride),
       WA_PLAIN_OPTION("force_first_kblock", kXAttention, xattention.force_first_kblock),
       WA_PLAIN_OPTION("mask_padded_keys", kXAttention, xattention.mask_padded_keys),
+      WA_PLAIN_OPTION("int8_estimate", kXAttention, xattention.int8_estimate),
       WA_PLAIN_OPTION("simthreshd1", kSparge, sparge.simthreshd1),
       WA_PLAIN_OPTION("cdfthreshd", kSparge, sparge.cdfthreshd),
       WA_UNSET_OPTION("topk", kSparge, sparge.topk),

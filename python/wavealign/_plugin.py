@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import flex
 from ._plan import Plan
-from ._util import invalid, require_torch
+from ._util import check_int, invalid, require_torch
 
 
 def permuted_block_lists(plan: Plan, device: Any, caller: str = "wavealign.fa4") -> tuple[Any, Any]:
@@ -62,3 +63,34 @@ def check_qkv(q: Any, k: Any, v: Any, caller: str, kernel: str) -> None:
             raise invalid(name, f"has shape {list(x.shape)}, expected q's shape {list(q.shape)}")
     if q.dtype not in (torch.bfloat16, torch.float16):
         raise invalid("q", f"has dtype {q.dtype}; {kernel} takes torch.bfloat16 or torch.float16")
+
+
+def check_plan(plan: Any, kernel: str) -> Plan:
+    """A Plan whose every kept block the kernel may compute in full: a FlexAttention mask whose partial blocks
+    carry a mask_mod is refused, naming `plan` (the kernel would compute those blocks unmasked)."""
+    if not isinstance(plan, Plan):
+        raise invalid("plan", f"must be a wavealign.Plan, got {type(plan).__name__}")
+    if flex.masks_tokens(plan):
+        raise invalid("plan", "was built from a FlexAttention BlockMask whose partial blocks carry a mask_mod "
+                              f"(token-level masking inside blocks); {kernel} gets every kept block in full, so "
+                              "those blocks would be computed unmasked. Build the BlockMask from full blocks "
+                              "only, or run FlexAttention in plan order with wavealign.flex.block_mask(plan, "
+                              "seq_len), which keeps the mask_mod")
+    return plan
+
+
+def mask_batch_heads(plan: Plan, heads: int | None) -> tuple[int, int]:
+    """(B, H) of a plug-in kernel's per-(batch, head) mask arrays: H = the attention's heads; B = 1 for a mask
+    shared by the batch, else mask heads / H (one mask per batch entry and head). A one-head plan gives (1, 1):
+    one mask for every head and batch entry. heads None: the BlockMask's (B, H) for a FlexAttention plan, else
+    all mask heads with B = 1."""
+    if heads is None:
+        source = plan.source_block_mask
+        return (1, plan.heads) if source is None else tuple(int(n) for n in source.kv_num_blocks.shape[:2])
+    heads = check_int(heads, "heads", 1)
+    if plan.heads == 1:
+        return 1, 1
+    if plan.heads % heads:
+        raise invalid("heads", f"= {heads} does not divide the plan's {plan.heads} mask heads "
+                               "(the mask has H heads, or B*H: one per batch entry and head)")
+    return plan.heads // heads, heads

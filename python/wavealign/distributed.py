@@ -10,6 +10,10 @@ kernel on CUDA, the float32 reference on CPU) for its own heads, and one all-to-
 the sequence shard. Every head's attention depends on that head alone, so the result equals the one-process
 result on the whole tensors (bit for bit where the arithmetic is the same: see docs/distributed.md).
 
+In a diffusers model, take diffusers' own context parallelism instead: `set_attention_backend("wavealign")` and
+`enable_parallelism(ContextParallelConfig(ulysses_degree=P))` run the same all-to-alls and the same per-head
+plans inside the model (docs/diffusers.md, route 3). This layer is for attention outside diffusers.
+
 NCCL serves CUDA tensors, gloo CPU tensors. Importing this module sets NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 where they are unset: the all-to-all needs no
 NVLink multicast, and on a shared host a process that creates multicast objects can take the GPUs out of

@@ -20,8 +20,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import flex
-from ._plugin import check_qkv, permuted_block_lists
+from ._plugin import check_plan, check_qkv, mask_batch_heads, permuted_block_lists
 from ._plan import Plan
 from ._util import blocks_for, check_int, check_scale, heads_view_shape, invalid, require_torch
 
@@ -38,33 +37,6 @@ def _flash_attn_cute() -> Any:
         raise ImportError("wavealign.fa4 needs FlashAttention-4 (pip install flash-attn-4; its CuTe DSL kernels "
                           f"run on sm_90 and newer): import flash_attn.cute failed: {error}") from error
     return cute, block_sparsity
-
-
-def _check_plan(plan: Any) -> Plan:
-    if not isinstance(plan, Plan):
-        raise invalid("plan", f"must be a wavealign.Plan, got {type(plan).__name__}")
-    if flex.masks_tokens(plan):
-        raise invalid("plan", "was built from a FlexAttention BlockMask whose partial blocks carry a mask_mod "
-                              "(token-level masking inside blocks); FA4's block-sparse tensors made here hold "
-                              "every kept block in full, so those blocks would be computed unmasked. Build the "
-                              "BlockMask from full blocks only, or run FlexAttention in plan order with "
-                              "wavealign.flex.block_mask(plan, seq_len), which keeps the mask_mod")
-    return plan
-
-
-def _mask_batch_heads(plan: Plan, heads: int | None) -> tuple[int, int]:
-    """(B, H) of FA4's [B, H, MB] arrays: H = the attention's heads; B = 1 for a mask shared by the batch,
-    else mask heads / H (one mask per batch entry and head)."""
-    if heads is None:
-        source = plan.source_block_mask
-        return (1, plan.heads) if source is None else tuple(int(n) for n in source.kv_num_blocks.shape[:2])
-    heads = check_int(heads, "heads", 1)
-    if plan.heads == 1:  # one mask for every head and batch entry: FA4 broadcasts [1, 1, MB]
-        return 1, 1
-    if plan.heads % heads:
-        raise invalid("heads", f"= {heads} does not divide the plan's {plan.heads} mask heads "
-                               "(the mask has H heads, or B*H: one per batch entry and head)")
-    return plan.heads // heads, heads
 
 
 def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, device: Any = None) -> Any:
@@ -89,13 +61,13 @@ def block_sparse_tensors(plan: Plan, seq_len: int, *, heads: int | None = None, 
     reads them).
     """
     torch = require_torch("wavealign.fa4")
-    plan = _check_plan(plan)
+    plan = check_plan(plan, "FlashAttention-4")
     seq_len = check_int(seq_len, "seq_len", 1)
     q_block, kv_block = plan.block_size
     if blocks_for(seq_len, kv_block) != plan.kv_blocks:
         raise invalid("seq_len", f"= {seq_len} gives {blocks_for(seq_len, kv_block)} KV blocks of {kv_block}, "
                                  f"the plan has {plan.kv_blocks}")
-    batch, attention_heads = _mask_batch_heads(plan, heads)
+    batch, attention_heads = mask_batch_heads(plan, heads)
     if device is None:
         permutation = plan.permutation
         device = permutation.device if isinstance(permutation, torch.Tensor) else "cpu"
@@ -169,7 +141,7 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     if squeeze:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     batch, heads, length, head_dim = (int(n) for n in q.shape)
-    plan = _check_plan(plan)
+    plan = check_plan(plan, "FlashAttention-4")
     q_block, kv_block = plan.block_size
     if blocks_for(length, q_block) != plan.q_blocks:
         raise invalid("q", f"has {length} tokens = {blocks_for(length, q_block)} query blocks of {q_block}, "

@@ -65,6 +65,7 @@ def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = _XATTENTI
                stride: int = _XATTENTION["stride"], block_size: int = _XATTENTION["block_size"],
                force_first_kblock: bool = _XATTENTION["force_first_kblock"],
                mask_padded_keys: bool = _XATTENTION["mask_padded_keys"],
+               int8_estimate: bool = _XATTENTION["int8_estimate"],
                force_dense: bool = _XATTENTION["force_dense"], scale: float | None = _XATTENTION["scale"],
                preset: str = "default") -> Any:
     """XAttention: antidiagonal scores of stride x stride tiles, per-row cumulative threshold.
@@ -75,6 +76,8 @@ def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = _XATTENTI
         block_size: square block of the mask: 128 or 64 for the kernel.
         force_first_kblock: keep key block 0 in every row (the reference's side effect, on for parity).
         mask_padded_keys: False = the reference's non-causal padding (zero keys take part in the softmax).
+        int8_estimate: score INT8 codes of Q and of K minus its mean (ours, parity off): on the GPU the fused
+            sm_90 estimate at the INT8 rate; elsewhere the CPU reference; other GPUs refuse it.
         force_dense: every block kept, nothing scored (warm-up steps, dense layers).
         scale: softmax scale; None = 1/sqrt(d).
         preset: "default" or "table1" (docs/methods.md; it sets no XAttention option: the defaults stay).
@@ -82,7 +85,8 @@ def xattention(q: Any, k: Any, *, threshold: float | Sequence[float] = _XATTENTI
     _with_preset("xattention", preset, {})
     options = {"threshold": _per_head(threshold, "threshold"), "stride": check_int(stride, "stride"),
                "force_first_kblock": _flag(force_first_kblock, "force_first_kblock"),
-               "mask_padded_keys": _flag(mask_padded_keys, "mask_padded_keys")}
+               "mask_padded_keys": _flag(mask_padded_keys, "mask_padded_keys"),
+               "int8_estimate": _flag(int8_estimate, "int8_estimate")}
     return _generate("xattention", q, k, options, block_size, force_dense, scale)
 
 

@@ -28,7 +28,7 @@ import weakref
 from typing import Any
 
 from ._plan import Plan
-from ._plugin import check_qkv, permuted_dense_blocks
+from ._plugin import check_plan, check_qkv, mask_batch_heads, permuted_dense_blocks
 from ._util import blocks_for, check_int, check_scale, heads_view_shape, invalid, require_torch
 
 CALLER = "wavealign.sparge"
@@ -68,26 +68,13 @@ def _check_block(plan: Plan, block: Any) -> tuple[int, int]:
     return rows, keys
 
 
-def _mask_batch_heads(plan: Plan, heads: int | None) -> tuple[int, int]:
-    """(B, H) of mask_id: B = 1 for a mask shared by the batch, else mask heads / H (one per batch entry and head)."""
-    if heads is None:
-        source = plan.source_block_mask
-        return (1, plan.heads) if source is None else tuple(int(n) for n in source.kv_num_blocks.shape[:2])
-    heads = check_int(heads, "heads", 1)
-    if plan.heads == 1:
-        return 1, heads
-    if plan.heads % heads:
-        raise invalid("heads", f"= {heads} does not divide the plan's {plan.heads} mask heads "
-                               "(the mask has H heads, or B*H: one per batch entry and head)")
-    return plan.heads // heads, heads
-
-
 def mask_id(plan: Plan, seq_len: int, *, heads: int | None = None, device: Any = None,
             block: tuple[int, int] | None = None) -> Any:
     """SpargeAttn's `mask_id` of the plan's permuted mask: int32 [B, H, MB*q_block/rows, ceil(seq_len/keys)].
 
     Args:
-        plan: from wavealign.plan(); its blocks must be multiples of `block`.
+        plan: from wavealign.plan(); its blocks must be multiples of `block`; a FlexAttention mask must have no
+            partial blocks under a mask_mod (SpargeAttn would run them unmasked: ValueError naming `plan`).
         seq_len: KV length L (tokens of k and v); its KV blocks must be the plan's.
         heads: the attention's heads H. The mask has H heads (shared by the batch: B = 1), B*H heads (one per
             batch entry and head), or 1 (repeated over H). Default: the BlockMask's (B, H) for a FlexAttention
@@ -103,8 +90,7 @@ def mask_id(plan: Plan, seq_len: int, *, heads: int | None = None, device: Any =
     reads them).
     """
     torch = require_torch(CALLER)
-    if not isinstance(plan, Plan):
-        raise invalid("plan", f"must be a wavealign.Plan, got {type(plan).__name__}")
+    plan = check_plan(plan, "SpargeAttn")
     seq_len = check_int(seq_len, "seq_len", 1)
     q_block, kv_block = plan.block_size
     if blocks_for(seq_len, kv_block) != plan.kv_blocks:
@@ -117,7 +103,9 @@ def mask_id(plan: Plan, seq_len: int, *, heads: int | None = None, device: Any =
     if block is None:
         block = block_of_device(device) if device.type == "cuda" else SM90_BLOCK
     rows, keys = _check_block(plan, block)
-    batch, attention_heads = _mask_batch_heads(plan, heads)
+    batch, attention_heads = mask_batch_heads(plan, heads)
+    if plan.heads == 1 and heads is not None:
+        attention_heads = heads  # SpargeAttn reads a mask per head: the one mask is repeated over them
     cache = _mask_ids_of_plan.setdefault(plan, {})
     key = (seq_len, batch, attention_heads, rows, keys, device.type, device.index)
     if key not in cache:
@@ -149,8 +137,7 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
     original-order output on the same mask. An inference path: the permutation ops have no backward.
     """
     check_qkv(q, k, v, CALLER, "SpargeAttn")
-    if not isinstance(plan, Plan):
-        raise invalid("plan", f"must be a wavealign.Plan, got {type(plan).__name__}")
+    plan = check_plan(plan, "SpargeAttn")
     squeeze = q.dim() == 3
     if squeeze:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)

@@ -53,7 +53,7 @@ QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_
   layout.v8 = take(entries * head_dim * layout.padded_tokens, 1);
   layout.q_scale = take(rows, sizeof(float));
   layout.lse_shift = take(rows, sizeof(float));
-  layout.k_scale = take(entries * layout.kv_blocks, sizeof(float));
+  layout.k_scale = take(entries * layout.kv_blocks * kKeyScaleGroups, sizeof(float));
   layout.k_mean = take(entries * head_dim, sizeof(float));
   layout.v_scale = take(entries * head_dim, sizeof(float));
   layout.bytes = end;

@@ -85,6 +85,21 @@ WA_HOST_DEVICE inline int64_t xattention_key_columns(int64_t tokens, int stride,
   return (tokens + chunk - 1) / chunk * chunk / stride;
 }
 
+/// A head's sequence mean of K (SpargeAttn's smoothing, XAttention's INT8 estimate), in this order on the GPU
+/// and in the references that must reproduce its bits: fp32 column sums over chunks of kSequenceMeanChunk
+/// tokens, token by token; the chunk sums added in chunk order in fp64, divided by the token count, rounded to
+/// fp32.
+constexpr int64_t kSequenceMeanChunk = 512;  // 711 chunks per head at 363,600 tokens
+WA_HOST_DEVICE inline int64_t sequence_mean_chunks(int64_t tokens) {
+  return (tokens + kSequenceMeanChunk - 1) / kSequenceMeanChunk;
+}
+
+/// XAttention's INT8 estimate (XAttentionOptions::int8_estimate), the rule the CPU reference and the GPU share,
+/// so that both quantize to the same codes: every key row is smoothed by K's sequence mean (above), the zero
+/// keys past the sequence included (each reshaped query row's logits then all move by the same amount, which
+/// the softmax does not see); a reshaped query row (S tokens x head_dim, zero past the sequence) has the scale
+/// max |x| / 127, the smoothed keys of a key block (block tokens x head_dim) one scale between them; the codes
+/// are quantize_rules' quantize_int8 of x with the scale's inverse.
 /// How XAttention's GPU row pass splits a key block of per_block logits (a power of two, block / stride) over
 /// threads: `group` consecutive threads (a divisor of 32), `width` consecutive logits each, so that a warp
 /// reads 32 x width consecutive floats (float4 loads: width 4 up to 128 logits per key block, 8 at 256;

@@ -73,7 +73,9 @@ void attend_row(const Operands& x, int entry, int64_t row, std::span<const int32
   const QuantizedLayout& layout = x.layout;
   const size_t row_index = size_t(entry) * size_t(layout.tokens) + size_t(row);
   const int8_t* q8 = x.tensors.q8 + row_index * kD;
-  const float q_scale = x.tensors.q_scale[row_index];
+  // The row's multiplier f = q_scale * scale_log2; each score is taken times its 16-key group's K scale first.
+  const float f = x.tensors.q_scale[row_index] * x.scale_log2;
+  const float* k_scales = x.tensors.k_scale + size_t(entry) * layout.kv_blocks * kKeyScaleGroups;
   float m = -kInf;
   std::array<float, kQuad> l{};
   std::array<float, kD> acc{};
@@ -82,13 +84,17 @@ void attend_row(const Operands& x, int entry, int64_t row, std::span<const int32
   for (const int32_t block : blocks) {
     const int64_t first = int64_t(block) * kBlock;
     const int valid = int(std::min<int64_t>(kBlock, layout.tokens - first));
-    const float f = (q_scale * x.tensors.k_scale[size_t(entry) * layout.kv_blocks + block]) * x.scale_log2;
+    // a = float(q8 . k8) * k_scale (the integer product is exact); fmax passes over NaN, as the kernel's
+    // fmaxf does.
     float tile_max = -kInf;
     for (int c = 0; c < valid; ++c) {
-      scores[c] = static_cast<float>(dot_int8(q8, x.tensors.k8 + (size_t(entry) * layout.tokens + first + c) * kD));
-      tile_max = std::max(tile_max, scores[c]);
+      const float k_scale = k_scales[size_t(block) * kKeyScaleGroups + size_t(c / kKeyScaleGroup)];
+      scores[c] =
+          static_cast<float>(dot_int8(q8, x.tensors.k8 + (size_t(entry) * layout.tokens + first + c) * kD)) * k_scale;
+      tile_max = std::fmax(tile_max, scores[c]);
     }
-    const float m_new = std::fmax(m, tile_max * f);  // fmaxf: a NaN tile max leaves the max where it was
+    // max(a) * f = max(a * f) for f >= 0; fmaxf keeps the old max for a NaN product.
+    const float m_new = std::fmax(m, tile_max == -kInf ? -kInf : tile_max * f);
     const float reference = m_new == -kInf ? 0.0f : m_new;
     const float bias = m_new == -kInf ? 0.0f : m_new - kP8Log2;
     const float factor = ex2(m - reference);

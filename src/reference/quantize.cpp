@@ -48,20 +48,22 @@ struct EntryQuantizer {
     for (int c = 0; c < kD; ++c) mean[c] = total[c] / static_cast<float>(tokens());
   }
 
+  /// Per group of 16 keys (a group past the sequence end has scale 0).
   void quantize_k(const float* mean) const {
-    std::vector<float> centered(size_t(kQuantizedKvBlock) * kD);
-    for (int block = 0; block < layout.kv_blocks; ++block) {
-      const int64_t first = int64_t(block) * kQuantizedKvBlock;
-      const int64_t rows = std::min<int64_t>(kQuantizedKvBlock, tokens() - first);
+    std::vector<float> centered(size_t(kKeyScaleGroup) * kD);
+    const int64_t groups = int64_t(layout.kv_blocks) * kKeyScaleGroups;
+    for (int64_t group = 0; group < groups; ++group) {
+      const int64_t first = group * kKeyScaleGroup;
+      const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(kKeyScaleGroup, tokens() - first));
       uint32_t maximum = 0;
       for (int64_t r = 0; r < rows; ++r)
         for (int c = 0; c < kD; ++c) {
           centered[r * kD + c] = k[(first + r) * kD + c] - mean[c];
           maximum = std::max(maximum, magnitude_bits(centered[r * kD + c]));
         }
-      const float block_scale = bits_float(maximum) / kInt8Max;
-      out.k_scale[size_t(entry) * layout.kv_blocks + block] = block_scale;
-      const float inverse = inverse_of(block_scale);
+      const float group_scale = bits_float(maximum) / kInt8Max;
+      out.k_scale[size_t(entry) * size_t(groups) + size_t(group)] = group_scale;
+      const float inverse = inverse_of(group_scale);
       int8_t* k8 = out.k8 + (size_t(entry) * tokens() + first) * kD;
       for (int64_t i = 0; i < rows * kD; ++i) k8[i] = quantize_int8(centered[i], inverse);
     }

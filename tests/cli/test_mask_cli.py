@@ -59,6 +59,20 @@ def test_per_head_thresholds(cli, tmp_path):
     assert mask[0].sum() < mask[1].sum()
 
 
+def test_int8_estimate_flag(cli, tmp_path):
+    q, k = write_qk(tmp_path, tokens=1024)
+    exact, int8 = tmp_path / "exact.npy", tmp_path / "int8.npy"
+    cli("mask", "--method", "xattention", "--q", q, "--k", k, "--block", "64", "--threshold", "0.8",
+        "--device", "cpu", "--out", exact)
+    cli("mask", "--method", "xattention", "--q", q, "--k", k, "--block", "64", "--threshold", "0.8",
+        "--int8-estimate", "--device", "cpu", "--out", int8)
+    a, b = np.load(exact), np.load(int8)
+    assert 0 < b.mean() < 1 and np.logical_and(a, b).sum() / np.logical_or(a, b).sum() >= 0.9
+    result = cli("mask", "--method", "sparge", "--int8-estimate", "--q", q, "--k", k, "--device", "cpu",
+                 "--out", tmp_path / "bad.npy", check=False)
+    assert result.returncode == 2 and "'--int8-estimate'" in result.stderr and "xattention" in result.stderr
+
+
 def test_table1_preset_and_given_flags_win(cli, tmp_path):
     q, k = write_qk(tmp_path, tokens=512)
     masks = {}

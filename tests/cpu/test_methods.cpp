@@ -13,6 +13,7 @@
 #include "methods/reference.h"
 #include "methods/rules.h"
 #include "methods/select.h"
+#include "support/masks.h"
 #include "support/method_inputs.h"
 #include "support/test_util.h"
 #include "wavealign/methods.h"
@@ -284,20 +285,32 @@ TEST(XAttentionReference, PartialLastBlockHoldsItsValidColumnsOnly) {
   for (int I = 0; I < 4; ++I) EXPECT_EQ(row_blocks(mask, 0, I), (std::vector<int>{0, 1, 2}));
 }
 
-TEST(XAttentionReference, PaddedKeysTakeMassOnlyUnderTheParityFlag) {
-  // Every real logit is very negative, so with the reference's zero keys (logit 0) all the mass sits on the
-  // padded columns: 70 tokens, stride 4, chunk 128 -> 32 columns of which 18 are real. The padded columns
-  // fill block 4 (from column 18) and the virtual blocks 5..7, which are dropped after the selection.
+/// 70 tokens whose real logits are all very negative (q = 8, k = -8 in channel 0), and XAttention at stride 4,
+/// block 16, threshold 0.3 with the reference's padded zero keys (chunk 128: 32 columns, 18 real).
+QkInputs negative_real_logits() {
   QkInputs inputs = zero_qk(1, 70, 4);
   for (int64_t t = 0; t < 70; ++t) {
     inputs.q[size_t(t) * 4] = 8.0f;
     inputs.k[size_t(t) * 4] = -8.0f;
   }
+  return inputs;
+}
+
+MethodConfig padded_keys_config() {
   MethodConfig config = config_of(MaskMethod::kXAttention, 16);
   config.xattention.stride = 4;
   config.xattention.threshold = {0.3};
   config.xattention.force_first_kblock = false;
   config.xattention.mask_padded_keys = false;
+  return config;
+}
+
+TEST(XAttentionReference, PaddedKeysTakeMassOnlyUnderTheParityFlag) {
+  // Every real logit is very negative, so with the reference's zero keys (logit 0) all the mass sits on the
+  // padded columns: 70 tokens, stride 4, chunk 128 -> 32 columns of which 18 are real. The padded columns
+  // fill block 4 (from column 18) and the virtual blocks 5..7, which are dropped after the selection.
+  const QkInputs inputs = negative_real_logits();
+  MethodConfig config = padded_keys_config();
   std::vector<methods::XAttentionTrace> traces;
   const BlockMask parity = methods::xattention_reference(config, inputs.view(), &traces);
   ASSERT_EQ(traces[0].score_columns, 8);
@@ -346,6 +359,118 @@ TEST(XAttentionReference, BlockScoresFollowTheAntidiagonalFormula) {
     for (int j = 0; j < rows; ++j) expected[(i / per_block) * 3 + j / per_block] += logits[j] / total;
   }
   for (int e = 0; e < 9; ++e) EXPECT_NEAR(traces[0].block_scores[e], expected[e], 1e-12) << "entry " << e;
+}
+
+// ---- XAttention's INT8 estimate ----
+
+TEST(XAttentionInt8Estimate, BlockScoresFollowTheQuantizedFormula) {
+  // An independent evaluation of the rule in methods/rules.h: K minus its channel means, a scale per reshaped
+  // query row and per key block (max |x| / 127), rounded codes, the logit alpha x scales x the integer product.
+  const QkInputs inputs = clustered_qk(1, 96, 8, 3);
+  MethodConfig config = config_of(MaskMethod::kXAttention, 32);
+  config.xattention.stride = 4;
+  config.xattention.int8_estimate = true;
+  std::vector<methods::XAttentionTrace> traces;
+  methods::xattention_reference(config, inputs.view(), &traces);
+  const int rows = 24, per_block = 8, width = 32;
+  // The rule's arithmetic: fp32 channel sums token by token (96 tokens: one chunk), x times the scale's
+  // inverse rounded.
+  std::vector<float> mean(8, 0.0f);
+  for (int t = 0; t < 96; ++t)
+    for (int c = 0; c < 8; ++c) mean[size_t(c)] += inputs.k[size_t(t) * 8 + c];
+  for (float& value : mean) value = float(double(value) / 96.0);
+  auto codes_of = [](const std::vector<float>& values, double* scale) {
+    float top = 0;
+    for (float x : values) top = std::max(top, std::abs(x));
+    const float stored = top / 127.0f, inverse = 1.0f / stored;
+    *scale = stored;
+    std::vector<int> codes;
+    for (float x : values) codes.push_back(int(std::nearbyint(x * inverse)));
+    return codes;
+  };
+  std::vector<std::vector<int>> query_codes(rows), key_codes(rows);
+  std::vector<double> query_scales(rows), key_scales(3);
+  for (int i = 0; i < rows; ++i) {
+    std::vector<float> values;
+    for (int t = 0; t < 4; ++t)
+      for (int c = 0; c < 8; ++c) values.push_back(inputs.q[size_t(i * 4 + 3 - t) * 8 + c]);
+    query_codes[size_t(i)] = codes_of(values, &query_scales[size_t(i)]);
+  }
+  for (int J = 0; J < 3; ++J) {
+    std::vector<float> values;
+    for (int t = 32 * J; t < 32 * (J + 1); ++t)
+      for (int c = 0; c < 8; ++c) values.push_back(inputs.k[size_t(t) * 8 + c] - mean[size_t(c)]);
+    const std::vector<int> codes = codes_of(values, &key_scales[size_t(J)]);
+    for (int j = 0; j < per_block; ++j)
+      key_codes[size_t(J * per_block + j)].assign(codes.begin() + j * width, codes.begin() + (j + 1) * width);
+  }
+  std::vector<double> expected(3 * 3, 0.0);
+  for (int i = 0; i < rows; ++i) {
+    std::vector<double> logits(rows);
+    for (int j = 0; j < rows; ++j) {
+      int dot = 0;
+      for (int e = 0; e < width; ++e) dot += query_codes[size_t(i)][size_t(e)] * key_codes[size_t(j)][size_t(e)];
+      logits[size_t(j)] = query_scales[size_t(i)] * key_scales[size_t(j / per_block)] * dot / (4.0 * std::sqrt(8.0));
+    }
+    const double top = *std::max_element(logits.begin(), logits.end());
+    double total = 0;
+    for (double& value : logits) total += (value = std::exp(value - top));
+    for (int j = 0; j < rows; ++j) expected[(i / per_block) * 3 + j / per_block] += logits[j] / total;
+  }
+  for (int e = 0; e < 9; ++e) EXPECT_NEAR(traces[0].block_scores[e], expected[e], 1e-12) << "entry " << e;
+}
+
+TEST(XAttentionInt8Estimate, AKeyOffsetCommonToAllTokensChangesNothing) {
+  // Smoothing takes a constant key vector out exactly: with dyadic values over 64 tokens the means and the
+  // smoothed keys are exact, so the codes, the scores and the mask are the same with and without an offset
+  // of 48 in two channels (without the smoothing it would set every block's scale).
+  QkInputs inputs = zero_qk(2, 64, 8);
+  for (size_t e = 0; e < inputs.q.size(); ++e) {
+    inputs.q[e] = float(int(e * 7 % 17) - 8) / 4.0f;
+    inputs.k[e] = float(int(e * 5 % 13) - 6) / 8.0f;
+  }
+  MethodConfig config = config_of(MaskMethod::kXAttention, 16);
+  config.xattention.stride = 4;
+  config.xattention.threshold = {0.7};
+  config.xattention.int8_estimate = true;
+  std::vector<methods::XAttentionTrace> plain, shifted;
+  const BlockMask plain_mask = methods::xattention_reference(config, inputs.view(), &plain);
+  for (size_t t = 0; t < inputs.k.size() / 8; ++t) {
+    inputs.k[t * 8 + 2] += 48.0f;
+    inputs.k[t * 8 + 5] -= 48.0f;
+  }
+  const BlockMask shifted_mask = methods::xattention_reference(config, inputs.view(), &shifted);
+  EXPECT_EQ(plain_mask, shifted_mask);
+  for (int h = 0; h < 2; ++h) EXPECT_EQ(plain[h].block_scores, shifted[h].block_scores) << "head " << h;
+}
+
+TEST(XAttentionInt8Estimate, PaddedZeroKeysKeepTheirShareUnderTheParityFlag) {
+  // The reference's zero keys are smoothed like every key: the shift is common to the row, so the padded
+  // columns take the mass they take in the exact estimate and the same (empty) rows result.
+  const QkInputs inputs = negative_real_logits();
+  MethodConfig config = padded_keys_config();
+  const BlockMask exact = reference_mask(config, inputs.view());
+  config.xattention.int8_estimate = true;
+  EXPECT_EQ(reference_mask(config, inputs.view()), exact);
+}
+
+TEST(XAttentionInt8Estimate, CloseToTheExactEstimateOnClusteredHeads) {
+  // The INT8 logits differ from the exact ones by ~1 % of their range: masks differ only where block scores
+  // are close (measured here: Jaccard 0.9985 over the 3 heads), and the block scores by little.
+  const QkInputs inputs = clustered_qk(3, 2000, 64, 5);
+  MethodConfig config = config_of(MaskMethod::kXAttention, 64);
+  std::vector<methods::XAttentionTrace> exact_traces, int8_traces;
+  const BlockMask exact = methods::xattention_reference(config, inputs.view(), &exact_traces);
+  config.xattention.int8_estimate = true;
+  const BlockMask int8 = methods::xattention_reference(config, inputs.view(), &int8_traces);
+  EXPECT_GE(test_support::jaccard(int8, exact), 0.95);
+  EXPECT_LT(int8.density(), 1.0);
+  for (int h = 0; h < 3; ++h) {
+    double worst = 0;
+    for (size_t e = 0; e < exact_traces[h].block_scores.size(); ++e)
+      worst = std::max(worst, std::abs(int8_traces[h].block_scores[e] - exact_traces[h].block_scores[e]));
+    EXPECT_LT(worst, 0.05 * 8) << "head " << h << ": a block score moved by more than 5 % of a row of 8 rows";
+  }
 }
 
 TEST(XAttentionReference, RecallReachesTheThresholdWithTheShortestPrefix) {

@@ -119,7 +119,7 @@ TEST(QuantizedLayout, RegionsAreAlignedDisjointAndSized) {
   const size_t rows = 6 * 1000;
   const std::vector<std::pair<QuantizedRegion, size_t>> regions = {
       {layout.q8, rows * kD},     {layout.q_scale, rows * 4},  {layout.lse_shift, rows * 4},
-      {layout.k8, rows * kD},     {layout.k_scale, 6 * 8 * 4}, {layout.k_mean, 6 * kD * 4},
+      {layout.k8, rows * kD},     {layout.k_scale, 6 * 8 * 8 * 4}, {layout.k_mean, 6 * kD * 4},
       {layout.v8, 6 * kD * 1024}, {layout.v_scale, 6 * kD * 4}};
   std::vector<std::pair<size_t, size_t>> spans;
   for (const auto& [region, bytes] : regions) {
@@ -241,13 +241,14 @@ TEST(QuantizeReference, FollowsTheFormulas) {
       EXPECT_NEAR(t.k_mean[e * kD + c], sum / 1000, 1e-6);
       EXPECT_EQ(t.v_scale[e * kD + c], bits_float(v_max) / 448.0f);
     }
-    for (int block = 0; block < 8; ++block) {
+    // One K scale per 16 keys: 62 full groups, one of 8 keys (992 .. 999), one past the end (scale 0).
+    for (int group = 0; group < 64; ++group) {
       float maximum = 0;
-      for (int64_t r = 128 * block; r < std::min<int64_t>(1000, 128 * (block + 1)); ++r)
+      for (int64_t r = 16 * group; r < std::min<int64_t>(1000, 16 * (group + 1)); ++r)
         for (int c = 0; c < kD; ++c) maximum = std::max(maximum, std::fabs(x.k[x.at(e, r, c)] - t.k_mean[e * kD + c]));
-      const float k_scale = t.k_scale[e * 8 + block];
-      EXPECT_EQ(k_scale, maximum / 127.0f) << "block " << block;
-      for (int64_t r = 128 * block; r < std::min<int64_t>(1000, 128 * (block + 1)); ++r)
+      const float k_scale = t.k_scale[e * 64 + group];
+      EXPECT_EQ(k_scale, maximum / 127.0f) << "group " << group;
+      for (int64_t r = 16 * group; r < std::min<int64_t>(1000, 16 * (group + 1)); ++r)
         for (int c = 0; c < kD; ++c) {
           const float centered = x.k[x.at(e, r, c)] - t.k_mean[e * kD + c];
           EXPECT_EQ(t.k8[x.at(e, r, c)], int8_t(std::rint(centered * (1.0f / k_scale))));
@@ -287,9 +288,8 @@ TEST(QuantizeReference, ZeroBlocksRowsAndChannelsGetScaleZero) {
   x.run();
   const auto& t = x.tensors;
   for (int c = 0; c < kD; ++c) EXPECT_EQ(t.k_mean[c], 0.5f);
-  EXPECT_EQ(t.k_scale[0], 0.25f / 127.0f);
-  EXPECT_EQ(t.k_scale[1], 0.0f);
-  EXPECT_EQ(t.k_scale[2], 0.0f);
+  for (int group = 0; group < 3 * 8; ++group)
+    EXPECT_EQ(t.k_scale[group], group < 8 ? 0.25f / 127.0f : 0.0f) << "group " << group;
   for (int64_t r = 0; r < 300; ++r)
     for (int c = 0; c < kD; ++c) EXPECT_EQ(t.k8[x.at(0, r, c)], r < 128 ? (r % 2 == 0 ? 127 : -127) : 0);
   EXPECT_EQ(t.q_scale[5], 0.0f);
@@ -310,9 +310,10 @@ TEST(QuantizeReference, SmoothingTakesOutlierChannelsOutOfTheScales) {
   for (int e = 0; e < 2; ++e) {
     for (int c = 0; c < kD; ++c)
       EXPECT_NEAR(outlier.tensors.k_mean[e * kD + c], plain.tensors.k_mean[e * kD + c] + (c < 8 ? 20.0f : 0.0f), 1e-4);
-    for (int block = 0; block < plain.layout.kv_blocks; ++block) {
-      const float expected = plain.tensors.k_scale[e * plain.layout.kv_blocks + block];
-      EXPECT_NEAR(outlier.tensors.k_scale[e * plain.layout.kv_blocks + block], expected, 1e-3 * expected);
+    const int groups = plain.layout.kv_blocks * kKeyScaleGroups;
+    for (int group = 0; group < groups; ++group) {
+      const float expected = plain.tensors.k_scale[e * groups + group];
+      EXPECT_NEAR(outlier.tensors.k_scale[e * groups + group], expected, 1e-3 * expected);
     }
     // The LSE shift carries the offset: scale * 20 * (the row's sum over the 8 channels).
     for (int64_t r = 0; r < 1500; r += 97) {
@@ -381,9 +382,10 @@ TEST(QuantizeReference, NonFiniteInputsPropagate) {
   for (int c = 0; c < kD; ++c) EXPECT_EQ(t.q8[x.at(0, 7, c)], 0) << "q / NaN converts to 0";
   EXPECT_TRUE(std::isfinite(t.q_scale[8]));
   EXPECT_EQ(t.k_mean[kD + 9], kInf);
-  for (int block = 0; block < 3; ++block) EXPECT_FALSE(std::isfinite(t.k_scale[3 + block])) << "block " << block;
+  // 300 keys fill 19 of the entry's 24 groups of 16 (the rest, past the end, have scale 0).
+  for (int group = 0; group < 19; ++group) EXPECT_FALSE(std::isfinite(t.k_scale[24 + group])) << "group " << group;
   for (int64_t r = 0; r < 300; ++r) EXPECT_FALSE(std::isfinite(t.lse_shift[300 + r])) << "row " << r;
-  for (int block = 0; block < 3; ++block) EXPECT_TRUE(std::isfinite(t.k_scale[block]));
+  for (int group = 0; group < 24; ++group) EXPECT_TRUE(std::isfinite(t.k_scale[group]));
   EXPECT_TRUE(std::isnan(t.v_scale[2 * kD + 4]));
   for (int64_t r = 0; r < 300; ++r) EXPECT_EQ(x.v8(2, 4, r), 0x7F) << "key " << r;
   EXPECT_EQ(t.v8[(size_t(2) * kD + 4) * 384 + 320], 0) << "padding (keys 320 .. 383) stays 0";

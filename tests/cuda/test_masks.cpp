@@ -29,6 +29,7 @@
 #include "methods/rules.h"
 #include "methods/select.h"
 #include "cuda/masks/mask_kernels.h"
+#include "support/masks.h"
 #include "support/method_inputs.h"
 #include "support/test_util.h"
 #include "wavealign/methods.h"
@@ -244,14 +245,19 @@ struct FusedEstimateCase {
 
 class XAttentionFusedEstimate : public ::testing::TestWithParam<FusedEstimateCase> {};
 
-TEST_P(XAttentionFusedEstimate, SameMaskAsTheCublasPath) {
-  WA_REQUIRE_GPU();
-  const FusedEstimateCase c = GetParam();
+MethodConfig config_of(const FusedEstimateCase& c) {
   MethodConfig config = config_of(MaskMethod::kXAttention, c.block);
   config.xattention.stride = c.stride;
   config.xattention.mask_padded_keys = c.mask_padded_keys;
   config.xattention.force_first_kblock = c.force_first_kblock;
   if (c.heads == 3) config.xattention.threshold = {0.9, 0.8, 0.95};
+  return config;
+}
+
+TEST_P(XAttentionFusedEstimate, SameMaskAsTheCublasPath) {
+  WA_REQUIRE_GPU();
+  const FusedEstimateCase c = GetParam();
+  MethodConfig config = config_of(c);
   if (!masks::xattention_fused_applies(config, c.head_dim))
     GTEST_SKIP() << "the fused XAttention estimate needs an sm_90 device and the sm_90a build";
   const QkInputs seen = rounded(clustered_qk(c.heads, c.tokens, c.head_dim, c.seed), c.type);
@@ -289,6 +295,63 @@ INSTANTIATE_TEST_SUITE_P(
         FusedEstimateCase{"near_ties_batch_2", 4, 2, 3000, 64, 64, 8, ElementType::kBf16, true, false, 102},
         FusedEstimateCase{"reference_padding_s16", 2, 1, 900, 32, 128, 16, ElementType::kBf16, false, true, 103},
         FusedEstimateCase{"batch_folds", 4, 2, 640, 32, 64, 8, ElementType::kBf16, true, true, 106},
+        FusedEstimateCase{"tiles_s8_d128", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, true, true, 121},
+        FusedEstimateCase{"tiles_s16_d128_fp16", 2, 1, 5000, 128, 128, 16, ElementType::kFp16, true, true, 122},
+        FusedEstimateCase{"tiles_reference_padding", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, false, true, 123}),
+    [](const ::testing::TestParamInfo<FusedEstimateCase>& info) { return std::string(info.param.name); });
+
+// XAttention's INT8 estimate (fused sm_90 kernel on INT8 codes) against the CPU reference of the same rule
+// (methods/rules.h): the codes are the same on both sides, so masks differ only by the fp32 epilogue's
+// near-ties; every run gives the same bits; and the mask stays close to the 16-bit estimate's.
+class XAttentionInt8Estimate : public ::testing::TestWithParam<FusedEstimateCase> {};
+
+TEST_P(XAttentionInt8Estimate, MatchesTheReferenceOfItsRule) {
+  WA_REQUIRE_GPU();
+  const FusedEstimateCase c = GetParam();
+  MethodConfig config = config_of(c);
+  config.xattention.int8_estimate = true;
+  if (!masks::xattention_fused_applies(config, c.head_dim))
+    GTEST_SKIP() << "XAttention's INT8 estimate needs an sm_90 device and the sm_90a build";
+  const QkInputs seen = rounded(clustered_qk(c.heads, c.tokens, c.head_dim, c.seed), c.type);
+  const GpuMask int8 = run_generator(config, seen, c.type, c.batch);
+  const GpuMask again = run_generator(config, seen, c.type, c.batch);
+  EXPECT_EQ(int8.error.code, int32_t(MaskErrorCode::kNone)) << mask_error_text(int8.error);
+  EXPECT_GT(int8.mask.density(), 0.0);
+  EXPECT_LT(int8.mask.density(), 1.0) << "a mask that keeps every block compares nothing";
+  EXPECT_TRUE(again.dense == int8.dense) << "two runs differ";
+  const BlockMask expected = reference_mask(config, seen.view());
+  const int64_t total = int64_t(expected.heads()) * expected.q_blocks() * expected.kv_blocks();
+  const int64_t differing = differing_blocks(int8.mask, expected);
+  EXPECT_LE(differing, std::max<int64_t>(2, int64_t(kDifferingShare * double(total))))
+      << differing << " of " << total << " blocks differ from the reference";
+  config.xattention.int8_estimate = false;
+  const GpuMask exact = run_generator(config, seen, c.type, c.batch);
+  const double similarity = test_support::jaccard(int8.mask, exact.mask);
+  EXPECT_GE(similarity, 0.95) << "Jaccard with the 16-bit estimate";
+  std::cout << "[ int8 ] " << c.name << ": " << differing << " of " << total << " blocks differ from the reference; "
+            << "Jaccard with the 16-bit estimate " << similarity << "\n";
+}
+
+TEST(XAttentionInt8Estimate, RefusedWithoutTheFusedKernel) {
+  WA_REQUIRE_GPU();
+  MethodConfig config = config_of(MaskMethod::kXAttention, 128);
+  config.xattention.int8_estimate = true;
+  const QkInputs seen = rounded(clustered_qk(1, 1000, 64, 131), ElementType::kBf16);
+  const masks::ScopedXAttentionScoring forced(masks::XAttentionScoring::kBlas);
+  try {
+    run_generator(config, seen, ElementType::kBf16, 1);
+    ADD_FAILURE() << "the INT8 estimate ran on the cuBLAS path";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("int8_estimate"), std::string::npos) << error.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, XAttentionInt8Estimate,
+    ::testing::Values(
+        FusedEstimateCase{"clustered_128_bf16", 3, 1, 1000, 64, 128, 8, ElementType::kBf16, true, true, 101},
+        FusedEstimateCase{"clustered_64_fp16", 3, 1, 1000, 64, 64, 8, ElementType::kFp16, true, true, 101},
+        FusedEstimateCase{"batch_2", 4, 2, 3000, 64, 64, 8, ElementType::kBf16, true, false, 102},
         FusedEstimateCase{"tiles_s8_d128", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, true, true, 121},
         FusedEstimateCase{"tiles_s16_d128_fp16", 2, 1, 5000, 128, 128, 16, ElementType::kFp16, true, true, 122},
         FusedEstimateCase{"tiles_reference_padding", 2, 1, 5000, 128, 128, 8, ElementType::kBf16, false, true, 123}),

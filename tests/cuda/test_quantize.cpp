@@ -147,7 +147,8 @@ TEST(Quantize, EdgeValuesMatchTheHostQuantizer) {
     const std::vector<std::byte> host = quantize_on_host(p, layout);
     expect_same_quantization(layout, host, quantize_on_device(GpuProblem(p), layout));
     const QuantizedTensors t = quantized_tensors(layout, const_cast<std::byte*>(host.data()));
-    EXPECT_EQ(t.k_scale[1], 0.0f) << "the host reference itself: a zero block";
+    EXPECT_EQ(t.k_scale[kKeyScaleGroups], 0.0f) << "the host reference itself: a zero group (block 1's first)";
+    EXPECT_EQ(t.k_scale[0], 0.25f / 127.0f) << "the host reference itself: block 0's first group";
     EXPECT_TRUE(std::isnan(t.v_scale[3 * kD + 9])) << "the host reference itself: a NaN channel";
   }
 }

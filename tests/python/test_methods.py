@@ -65,6 +65,20 @@ def test_xattention_uniform_scores_keep_the_lower_blocks_of_a_tie():
     assert dense.all()
 
 
+def test_xattention_int8_estimate_is_close_to_the_exact_one_and_ignores_a_key_offset():
+    # The INT8 rule on the CPU reference (C++ tests: its formula): K minus its mean, so an offset common to all
+    # keys, which the softmax ignores, does not move the codes' scales; the mask stays close to the exact one.
+    q, k = clustered(1, 2, 2000, 64, seed=7)
+    exact = methods.xattention(q, k, block_size=64)
+    int8 = methods.xattention(q, k, block_size=64, int8_estimate=True)
+    both, either = np.logical_and(exact, int8).sum(), np.logical_or(exact, int8).sum()
+    assert both / either >= 0.95 and int8.sum() < int8.size
+    shifted = methods.xattention(q, k + 4.0, block_size=64, int8_estimate=True)
+    assert np.logical_and(shifted, int8).sum() / np.logical_or(shifted, int8).sum() >= 0.95
+    with pytest.raises(Exception, match="int8_estimate"):
+        methods.xattention(q, k, block_size=64, int8_estimate="yes")
+
+
 def test_per_head_options_and_parity_flags_change_the_mask():
     q, k = clustered(1, 2, 900, 32, seed=2)
     low_high = methods.xattention(q, k, threshold=[0.3, 0.99], block_size=64, force_first_kblock=False)

@@ -90,6 +90,25 @@ def test_bad_arguments_are_refused():
     assert "CUDA" in str(error.value)
 
 
+def test_flex_plans_with_partial_blocks_are_refused():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def band(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx).abs() < 200
+
+    partial = wavealign.plan(create_block_mask(band, 2, 3, 1024, 1024, device="cpu"), wave_size=4, skip="never")
+    with named("plan") as error:
+        sparge.mask_id(partial, 1024)
+    assert "SpargeAttn gets every kept block in full" in str(error.value)
+
+    def everything(b, h, q_idx, kv_idx):
+        return q_idx >= 0
+
+    full = wavealign.plan(create_block_mask(everything, 2, 3, 1024, 1024, device="cpu"), wave_size=4, skip="never")
+    entries = sparge.mask_id(full, 1024)
+    assert entries.shape == (2, 3, 16, 8) and bool((entries == 1).all())
+
+
 def test_importing_wavealign_sparge_does_not_import_spas_sage_attn():
     code = "import sys, wavealign.sparge; print('spas_sage_attn' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

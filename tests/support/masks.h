@@ -11,6 +11,18 @@
 
 namespace wavealign::test_support {
 
+/// |a and b| / |a or b| over every head's blocks (1 for two empty masks).
+inline double jaccard(const BlockMask& a, const BlockMask& b) {
+  int64_t both = 0, either = 0;
+  for (int h = 0; h < a.heads(); ++h)
+    for (int i = 0; i < a.q_blocks(); ++i)
+      for (int j = 0; j < a.kv_blocks(); ++j) {
+        both += a.test(h, i, j) && b.test(h, i, j);
+        either += a.test(h, i, j) || b.test(h, i, j);
+      }
+  return either == 0 ? 1.0 : double(both) / double(either);
+}
+
 /// Bernoulli(density) blocks from a fixed-seed mt19937 (its output is specified by the standard).
 inline BlockMask bernoulli_mask(int heads, int q_blocks, int kv_blocks, double density, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -53,6 +53,7 @@ const std::vector<MethodFlag>& method_flags() {
   using M = MaskMethod;
   static const std::vector<MethodFlag> flags{
       {"--stride", {M::kXAttention}}, {"--threshold", {M::kXAttention}}, {"--reference-padding", {M::kXAttention}},
+      {"--int8-estimate", {M::kXAttention}},
       {"--no-first-kblock", {M::kXAttention, M::kFlexPrefill}},
       {"--simthreshd1", {M::kSparge}}, {"--cdfthreshd", {M::kSparge}}, {"--topk", {M::kSparge}},
       {"--no-smooth-k", {M::kSparge}}, {"--attention-sink", {M::kSparge}}, {"--native-block", {M::kSparge}},
@@ -304,6 +305,8 @@ Runner add_mask(CLI::App& app) {
       ->delimiter(',');
   command->add_flag("--reference-padding", options->reference_padding,
                     "xattention parity: padded keys take part in the softmax as the reference's zero keys");
+  command->add_flag("--int8-estimate", config.xattention.int8_estimate,
+                    "xattention: score INT8 codes of Q and of K minus its mean (ours; the GPU runs it on sm_90)");
   // SpargeAttn
   command->add_option("--simthreshd1", config.sparge.simthreshd1, "sparge: theta, one value or one per head")
       ->delimiter(',');

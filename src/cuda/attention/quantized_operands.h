@@ -12,8 +12,8 @@ struct QuantizedOperands {
   const int8_t* q8 = nullptr;        // [E, tokens, 128]: round(q / q_scale)
   const float* q_scale = nullptr;    // [E, tokens]: max |q| of the row / 127
   const float* lse_shift = nullptr;  // [E, tokens]: scale * q . mean(k), added to the LSE
-  const int8_t* k8 = nullptr;        // [E, tokens, 128]: round((k - mean(k)) / k_scale)
-  const float* k_scale = nullptr;    // [E, kv_blocks]: max |k - mean(k)| of the 128-key block / 127
+  const int8_t* k8 = nullptr;        // [E, tokens, 128]: round((k - mean(k)) / k_scale of the key's group)
+  const float* k_scale = nullptr;    // [E, kv_blocks, 8]: max |k - mean(k)| of each 16-key group / 127
   const uint8_t* v8 = nullptr;       // [E, 128, padded_tokens] FP8 e4m3: V transposed, keys permuted in 16s
   const float* v_scale = nullptr;    // [E, 128]: max |v| of the channel / 448
   int64_t padded_tokens = 0;         // kv_blocks * 128

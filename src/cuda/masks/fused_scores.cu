@@ -40,6 +40,7 @@
 
 #include "common/alignment.h"
 #include "common/cuda_check.h"
+#include "cuda/common/device.h"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/persistent_grid.h"
 #include "cuda/masks/fused_scoring_sm90.h"
@@ -754,10 +755,7 @@ constexpr bool kFusedScoringOnWgmma = false;
 bool fused_scoring_on_wgmma(const TileParams& params, int device) {
   if (!kFusedScoringOnWgmma || !params.k_vectors) return false;
   if (params.count < kFusedTileRows || params.tokens < kFusedTileKeys) return false;
-  int major = 0, minor = 0;
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
+  return detail::is_sm90_device(device);
 }
 
 /// Pass 1 (sums false) or pass 2 on wgmma; only reached where fused_scoring_on_wgmma said so.

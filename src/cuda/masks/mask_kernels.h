@@ -369,6 +369,29 @@ void launch_gather_rows(const HeadRows& rows, int heads, int head_dim, const int
 void launch_row_mean(const uint16_t* rows, int count, int dim, ElementType type, float* out, cudaStream_t stream,
                      int groups = 1);
 
+// ---- xattention_int8.cu: the operands of XAttention's INT8 estimate (methods/rules.h) ----
+struct XAttentionInt8Operands {
+  int8_t* queries = nullptr;      // [query_rows, S x head_dim]: reshaped rows, tokens in reverse, zero past the end
+  int8_t* keys = nullptr;         // [key_rows, S x head_dim]: the smoothed keys in token order
+  float* query_scales = nullptr;  // [query_rows]
+  float* key_scales = nullptr;    // [key_rows / per_block]
+};
+/// Mask head m's codes up to query_rows reshaped query rows and key_rows reshaped key rows (a multiple of
+/// per_block); `key_mean` is K's sequence mean (launch_sequence_mean). Every value of Q and K below the sequence
+/// end is tested for NaN and inf.
+struct XAttentionInt8Request {
+  QkLayout qk;
+  int m = 0;
+  int stride = 0;
+  int per_block = 0;
+  int64_t query_rows = 0;
+  int64_t key_rows = 0;
+  const float* key_mean = nullptr;
+  XAttentionInt8Operands out;
+  NonFiniteCheck query_check, key_check;
+};
+void launch_xattention_int8_operands(const XAttentionInt8Request& request, cudaStream_t stream);
+
 // ---- pooled_map.cu: FlexPrefill's pooled block map ----
 /// map[h, I, J] = scale x query_means[h, I, :] . key_means[h, J, :] (fp32, [heads, blocks, head_dim] means,
 /// [heads, blocks, blocks] map) for the heads whose enabled[h] (device memory; null: every head) is nonzero;

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "cuda/masks/element.cuh"
 #include "cuda/masks/finite.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
@@ -18,23 +19,6 @@ namespace {
 
 constexpr int kPoolWarps = 4;
 constexpr int kMaxLaneColumns = 8;  // head_dim <= 256 = 8 columns per lane
-constexpr int64_t kMeanChunkTokens = 512;  // 711 blocks per head at 363,600 tokens
-
-template <class Element>
-__device__ inline float element_to_float(uint16_t bits);
-template <>
-__device__ inline float element_to_float<__nv_bfloat16>(uint16_t bits) {
-  return __uint_as_float(uint32_t(bits) << 16);
-}
-template <>
-__device__ inline float element_to_float<__half>(uint16_t bits) {
-  return __half2float(__ushort_as_half(bits));
-}
-
-/// The same conversion with the type chosen at run time (the kernels that do not specialise on it).
-__device__ inline float to_float(uint16_t bits, ElementType type) {
-  return type == ElementType::kBf16 ? element_to_float<__nv_bfloat16>(bits) : element_to_float<__half>(bits);
-}
 
 // The kColumns 16-bit elements at `source` as one load when kVector (2, 4 or 8 elements: 4, 8 or 16 bytes,
 // aligned: launch_pool_blocks checks), else one load each.
@@ -157,8 +141,8 @@ __global__ void pool_kernel(PoolParams params) {
 // Column sums of one chunk of tokens (thread c of the block sums column c over the chunk's rows in order).
 __global__ void mean_partial_kernel(PoolParams params, float* __restrict__ partial) {
   const uint16_t* rows = params.rows.head(0);
-  const int64_t first = int64_t(blockIdx.x) * kMeanChunkTokens;
-  const int64_t last = first + kMeanChunkTokens < params.tokens ? first + kMeanChunkTokens : params.tokens;
+  const int64_t first = int64_t(blockIdx.x) * methods::kSequenceMeanChunk;
+  const int64_t last = min(first + methods::kSequenceMeanChunk, params.tokens);
   for (int c = threadIdx.x; c < params.head_dim; c += blockDim.x) {
     float sum = 0;
     for (int64_t t = first; t < last; ++t)
@@ -238,7 +222,7 @@ bool HeadRows::aligned_to(int64_t elements) const {
          head_stride % elements == 0 && batch_stride % elements == 0;
 }
 
-int64_t sequence_mean_partials(int64_t tokens) { return (tokens + kMeanChunkTokens - 1) / kMeanChunkTokens; }
+int64_t sequence_mean_partials(int64_t tokens) { return methods::sequence_mean_chunks(tokens); }
 
 void launch_sequence_mean(const PoolParams& params, float* partial, float* mean, cudaStream_t stream) {
   const int64_t chunks = sequence_mean_partials(params.tokens);

@@ -25,6 +25,11 @@
 // 45,568 it runs its sm_90 kernels at 630 TF/s (measured per 2,944-row chunk, fp32 out). The padded logits exist
 // only in the GEMM's output: the row masses read the `columns` the reference has.
 //
+// XAttention's INT8 estimate (int8_estimate, methods/rules.h): the fused kernel on INT8 codes, which
+// xattention_int8.cu writes from K's sequence mean (pooling.cu's launch_sequence_mean) and the 16-bit rows in
+// place of the packings; its wgmmas run at twice the 16-bit rate. It has no cuBLAS path: where the fused kernel
+// does not apply, the option is refused.
+//
 // Both paths score the same columns: the reference's zero keys past the sequence (mask_padded_keys false) are
 // zero packed key rows, logit 0; columns past `columns` do not exist. They differ in fp32 summation order
 // (the GEMMs' and the softmax sums') and in exp (expf of x - max there, exp2 of log2(e) x scale x the product
@@ -37,6 +42,7 @@
 
 #include "methods/rules.h"
 #include "common/cuda_check.h"
+#include "cuda/common/device.h"
 #include "cuda/masks/finite.cuh"
 #include "cuda/masks/mask_kernels.h"
 #include "cuda/masks/reduce.cuh"
@@ -105,27 +111,27 @@ FusedShape fused_shape_of(const Shape& shape) {
 }
 
 /// The shapes the fused kernel takes (its epilogue's key blocks are whole column pairs of a quad, 8 or 16 packed
-/// keys; its stages are 64 values of the packed width), whatever the device.
+/// keys; its stages are 64 values of the packed width, 128 INT8 codes), whatever the device.
 bool fused_shape_applies(const MethodConfig& config, int head_dim) {
   const int stride = config.xattention.stride, per_block = config.block / stride;
-  return kFusedEstimateBuilt && (per_block == 8 || per_block == 16) &&
-         (stride * head_dim) % kXAttentionWidthMultiple == 0;
-}
-
-bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  WA_CUDA_CHECK(cudaGetDevice(&device));
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  WA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
+  const int multiple = config.xattention.int8_estimate ? kXAttentionInt8WidthMultiple : kXAttentionWidthMultiple;
+  return kFusedEstimateBuilt && (per_block == 8 || per_block == 16) && (stride * head_dim) % multiple == 0;
 }
 
 thread_local XAttentionScoring forced_scoring = XAttentionScoring::kAuto;
 
 /// The one place the run picks its estimate (the top comment; xattention_fused_applies).
 bool use_fused_estimate(const RunContext& context) {
-  if (forced_scoring == XAttentionScoring::kBlas) return false;
   const bool applies = xattention_fused_applies(context.config, context.qk.head_dim);
+  if (context.config.xattention.int8_estimate) {
+    WA_CHECK_ARG(applies && forced_scoring != XAttentionScoring::kBlas, "int8_estimate",
+                 "XAttention's INT8 estimate runs on the fused sm_90 estimate only: it needs the sm_90a build, an "
+                 "sm_90 device, block / stride 8 or 16 and stride x head_dim a multiple of 128 (here block ",
+                 context.config.block, ", stride ", context.config.xattention.stride, ", head_dim ",
+                 context.qk.head_dim, ")");
+    return true;
+  }
+  if (forced_scoring == XAttentionScoring::kBlas) return false;
   WA_CHECK(applies || forced_scoring != XAttentionScoring::kFused,
            "the fused XAttention estimate was forced where it does not apply (it needs the sm_90a build, an sm_90 "
            "device, block / stride 8 or 16 and stride x head_dim a multiple of 64)");
@@ -149,18 +155,32 @@ BlasBuffers carve_blas(WorkspaceCarver& workspace, const Shape& shape) {
   return buffers;
 }
 
-/// The fused path's buffers.
+/// The fused path's buffers: the packed 16-bit rows, or the INT8 codes, their scales and K's mean.
 struct FusedBuffers {
   uint16_t* keys = nullptr;     // [key_rows, width]
   uint16_t* queries = nullptr;  // [query_rows, width]
+  XAttentionInt8Operands int8;
+  float* key_mean = nullptr;       // [head_dim]
+  float* mean_partials = nullptr;  // [sequence_mean_partials(tokens), head_dim]
   float* tile_max = nullptr;    // [query_rows, key_tiles]
   float* block_sums = nullptr;  // [query_rows, key_tiles x tile_blocks]
 };
 
-FusedBuffers carve_fused(WorkspaceCarver& workspace, const Shape& shape, const FusedShape& fused) {
+FusedBuffers carve_fused(WorkspaceCarver& workspace, const Shape& shape, const FusedShape& fused,
+                         const RunContext& context) {
   FusedBuffers buffers;
-  buffers.keys = workspace.take<uint16_t>(size_t(fused.key_rows) * shape.width);
-  buffers.queries = workspace.take<uint16_t>(size_t(fused.query_rows) * shape.width);
+  if (context.config.xattention.int8_estimate) {
+    buffers.int8.keys = workspace.take<int8_t>(size_t(fused.key_rows) * shape.width);
+    buffers.int8.queries = workspace.take<int8_t>(size_t(fused.query_rows) * shape.width);
+    buffers.int8.key_scales = workspace.take<float>(size_t(fused.key_rows / shape.per_block));
+    buffers.int8.query_scales = workspace.take<float>(size_t(fused.query_rows));
+    buffers.key_mean = workspace.take<float>(size_t(context.qk.head_dim));
+    buffers.mean_partials =
+        workspace.take<float>(size_t(sequence_mean_partials(context.qk.tokens)) * context.qk.head_dim);
+  } else {
+    buffers.keys = workspace.take<uint16_t>(size_t(fused.key_rows) * shape.width);
+    buffers.queries = workspace.take<uint16_t>(size_t(fused.query_rows) * shape.width);
+  }
   buffers.tile_max = workspace.take<float>(size_t(fused.query_rows) * fused.key_tiles);
   buffers.block_sums = workspace.take<float>(size_t(fused.query_rows) * fused.key_tiles * fused.tile_blocks);
   return buffers;
@@ -352,25 +372,51 @@ void score_head_blas(const RunContext& context, const Shape& shape, const BlasBu
   }
 }
 
-/// The fused path's block scores of head m: both packings whole (zero rows up to the tiles), the estimate, the
-/// combine.
+/// The fused path's block scores of head m: both packings whole (zero rows up to the tiles), or the INT8 codes,
+/// the estimate, the combine.
 void score_head_fused(const RunContext& context, const Shape& shape, const FusedShape& fused,
                       const FusedBuffers& buffers, int m, float* scores) {
   const XAttentionOptions& options = context.config.xattention;
   const QkLayout& qk = context.qk;
   const int width = shape.width;
-  pack_kernel<<<grid_for(fused.key_rows * width, kThreads), kThreads, 0, context.stream>>>(
-      qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, fused.key_rows,
-      buffers.keys, context.finite_check(true), m);
-  WA_CUDA_CHECK(cudaGetLastError());
-  pack_kernel<<<grid_for(fused.query_rows * width, kThreads), kThreads, 0, context.stream>>>(
-      qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, 0, fused.query_rows,
-      buffers.queries, context.finite_check(false), m);
-  WA_CUDA_CHECK(cudaGetLastError());
   XAttentionSm90Params params;
   params.element_type = qk.element_type;
-  params.queries = buffers.queries;
-  params.keys = buffers.keys;
+  if (options.int8_estimate) {
+    PoolParams mean;
+    mean.rows = single_head_rows(qk.k_head(m), qk.k_token_stride, m);
+    mean.tokens = qk.tokens;
+    mean.head_dim = qk.head_dim;
+    mean.element_type = qk.element_type;
+    launch_sequence_mean(mean, buffers.mean_partials, buffers.key_mean, context.stream);
+    XAttentionInt8Request request;
+    request.qk = qk;
+    request.m = m;
+    request.stride = options.stride;
+    request.per_block = shape.per_block;
+    request.query_rows = fused.query_rows;
+    request.key_rows = fused.key_rows;
+    request.key_mean = buffers.key_mean;
+    request.out = buffers.int8;
+    request.query_check = context.finite_check(false);
+    request.key_check = context.finite_check(true);
+    launch_xattention_int8_operands(request, context.stream);
+    params.int8 = true;
+    params.queries = buffers.int8.queries;
+    params.keys = buffers.int8.keys;
+    params.query_scales = buffers.int8.query_scales;
+    params.key_scales = buffers.int8.key_scales;
+  } else {
+    pack_kernel<<<grid_for(fused.key_rows * width, kThreads), kThreads, 0, context.stream>>>(
+        qk.k_head(m), qk.k_token_stride, qk.tokens, qk.head_dim, options.stride, false, 0, fused.key_rows,
+        buffers.keys, context.finite_check(true), m);
+    WA_CUDA_CHECK(cudaGetLastError());
+    pack_kernel<<<grid_for(fused.query_rows * width, kThreads), kThreads, 0, context.stream>>>(
+        qk.q_head(m), qk.q_token_stride, qk.tokens, qk.head_dim, options.stride, true, 0, fused.query_rows,
+        buffers.queries, context.finite_check(false), m);
+    WA_CUDA_CHECK(cudaGetLastError());
+    params.queries = buffers.queries;
+    params.keys = buffers.keys;
+  }
   params.query_rows = fused.query_rows;
   params.key_rows = fused.key_rows;
   params.width = width;
@@ -414,7 +460,10 @@ ScopedXAttentionScoring::ScopedXAttentionScoring(XAttentionScoring scoring) : pr
 ScopedXAttentionScoring::~ScopedXAttentionScoring() { forced_scoring = previous_; }
 
 bool xattention_fused_applies(const MethodConfig& config, int head_dim) {
-  return fused_shape_applies(config, head_dim) && device_is_sm90();
+  if (!fused_shape_applies(config, head_dim)) return false;
+  int device = 0;
+  WA_CUDA_CHECK(cudaGetDevice(&device));
+  return detail::is_sm90_device(device);
 }
 
 void run_xattention(RunContext& context) {
@@ -423,10 +472,11 @@ void run_xattention(RunContext& context) {
   const FusedShape fused = fused_shape_of(shape);
   const int blocks = context.blocks;
   float* scores = context.workspace->take<float>(size_t(blocks) * shape.score_columns);
-  // One region serves whichever path the run takes (the choice needs the device; measuring has none).
+  // One region serves whichever path the run takes (the choice needs the device; measuring has none). The INT8
+  // estimate has no cuBLAS path, so it needs no room for one (the logit chunk alone is up to 512 MiB).
   WorkspaceCarver blas_size(nullptr), fused_size(nullptr);
-  carve_blas(blas_size, shape);
-  if (fused_shape_applies(context.config, context.qk.head_dim)) carve_fused(fused_size, shape, fused);
+  if (!options.int8_estimate) carve_blas(blas_size, shape);
+  if (fused_shape_applies(context.config, context.qk.head_dim)) carve_fused(fused_size, shape, fused, context);
   uint8_t* region = context.workspace->take<uint8_t>(std::max(blas_size.used(), fused_size.used()));
   if (context.measuring) return;
 
@@ -435,7 +485,7 @@ void run_xattention(RunContext& context) {
   BlasBuffers blas_buffers;
   FusedBuffers fused_buffers;
   if (fused_estimate) {
-    fused_buffers = carve_fused(paths, shape, fused);
+    fused_buffers = carve_fused(paths, shape, fused, context);
     reserve_shared(combine_partials_kernel, size_t(shape.per_block) * (fused.key_tiles + 1) * sizeof(float),
                    "row partials");
   } else {

@@ -15,15 +15,21 @@ namespace wavealign::cuda::masks {
 /// The fused estimate's output tile: 128 packed query rows x 256 packed key rows.
 constexpr int kXAttentionTileRows = 128;
 constexpr int kXAttentionTileKeys = 256;
-/// The packed rows' width is a multiple of this (one 128-byte swizzled TMA box of 16-bit values).
+/// The packed rows' width is a multiple of this (one 128-byte swizzled TMA box of 16-bit values; of INT8 codes,
+/// twice as many).
 constexpr int kXAttentionWidthMultiple = 64;
+constexpr int kXAttentionInt8WidthMultiple = 128;
 
 struct XAttentionSm90Params {
-  ElementType element_type = ElementType::kBf16;
+  ElementType element_type = ElementType::kBf16;  // of the 16-bit packed rows
   // Packed rows, row-major [rows, width] (xattention.cu's pack_kernel): queries grouped by the stride in reverse
-  // order, keys in forward order, zero past the sequence.
-  const uint16_t* queries = nullptr;
-  const uint16_t* keys = nullptr;
+  // order, keys in forward order, zero past the sequence. 16-bit values, or with `int8` the INT8 codes of
+  // XAttention's INT8 estimate (methods/rules.h) and their scales: one per packed query row, one per key block.
+  const void* queries = nullptr;
+  const void* keys = nullptr;
+  bool int8 = false;
+  const float* query_scales = nullptr;  // [query_rows]
+  const float* key_scales = nullptr;    // [key_rows / per_block]
   int64_t query_rows = 0;  // a multiple of kXAttentionTileRows
   int64_t key_rows = 0;    // key_tiles x kXAttentionTileKeys
   int width = 0;           // stride x head_dim, a multiple of kXAttentionWidthMultiple

@@ -84,45 +84,51 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 }
 
 // Block (KV block j, y): the block's keys of entries y, y + gridDim.y, ..., centered by K's mean and held in
-// registers (thread (row r, lane l): rows r + 32 i, channels 16 l ..) while the block's largest magnitude is
-// found (warp reduction, then the 8 warps through shared memory); then quantized by it.
+// registers (thread (row r, lane l): rows r + 32 i, channels 16 l ..) while each 16-key group's largest
+// magnitude is found: pass i holds groups 2 i (warps 0-3: rows 32 i .. 32 i + 15) and 2 i + 1 (warps 4-7), so a
+// warp reduction, then the 4 warps of a group through shared memory; then each group quantized by its own.
 template <ElementType kType>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     quantize_k_kernel(InputRows k, int64_t tokens, int kv_blocks, int entries, const float* __restrict__ k_mean,
                       int8_t* __restrict__ k8, float* __restrict__ k_scale) {
-  __shared__ uint32_t warp_maxima[kThreads / 32];
+  static_assert(kRowsPerPass == 2 * kKeyScaleGroup && kThreads / 32 == 8, "a pass is two groups of 4 warps");
+  constexpr int kWarpsPerGroup = kThreads / 32 / 2;
+  __shared__ uint32_t warp_maxima[kPasses][kThreads / 32];
   const int first_channel = (threadIdx.x % kRowLanes) * kLaneChannels;
   for (int e = blockIdx.y; e < entries; e += gridDim.y) {
     float mean[kLaneChannels];
     load_channel_floats(k_mean + size_t(e) * kD, first_channel, mean);
     float x[kPasses][kLaneChannels];
-    uint32_t maximum = 0;
+    const int warp = threadIdx.x / 32, half = warp / kWarpsPerGroup;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
+      uint32_t maximum = 0;
       const int64_t t = int64_t(blockIdx.x) * kBlock + pass * kRowsPerPass + threadIdx.x / kRowLanes;
-      if (t >= tokens) continue;
-      load_values<kType>(k.row(e, t), first_channel, x[pass]);
+      if (t < tokens) {
+        load_values<kType>(k.row(e, t), first_channel, x[pass]);
 #pragma unroll
-      for (int c = 0; c < kLaneChannels; ++c) {
-        x[pass][c] -= mean[c];
-        maximum = max(maximum, magnitude_bits(x[pass][c]));
+        for (int c = 0; c < kLaneChannels; ++c) {
+          x[pass][c] -= mean[c];
+          maximum = max(maximum, magnitude_bits(x[pass][c]));
+        }
       }
+      maximum = __reduce_max_sync(kAllLanes, maximum);
+      if (threadIdx.x % 32 == 0) warp_maxima[pass][warp] = maximum;
     }
-    maximum = __reduce_max_sync(kAllLanes, maximum);
-    if (threadIdx.x % 32 == 0) warp_maxima[threadIdx.x / 32] = maximum;
     __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) maximum = max(maximum, warp_maxima[w]);
-    const float block_scale = bits_float(maximum) / kInt8Max;
-    const float inverse = inverse_of(block_scale);
+    float* scales = k_scale + (size_t(e) * kv_blocks + blockIdx.x) * kKeyScaleGroups;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
+      uint32_t maximum = 0;
+#pragma unroll
+      for (int w = 0; w < kWarpsPerGroup; ++w) maximum = max(maximum, warp_maxima[pass][half * kWarpsPerGroup + w]);
+      const float group_scale = bits_float(maximum) / kInt8Max;
       const int64_t t = int64_t(blockIdx.x) * kBlock + pass * kRowsPerPass + threadIdx.x / kRowLanes;
       if (t < tokens)
         *reinterpret_cast<uint4*>(k8 + (size_t(e) * size_t(tokens) + size_t(t)) * kD + first_channel) =
-            quantize_int8x16(x[pass], inverse);
+            quantize_int8x16(x[pass], inverse_of(group_scale));
+      if (threadIdx.x % (kThreads / 2) == 0) scales[2 * pass + half] = group_scale;
     }
-    if (threadIdx.x == 0) k_scale[size_t(e) * kv_blocks + blockIdx.x] = block_scale;
     __syncthreads();  // the next entry reuses warp_maxima
   }
 }

@@ -1,4 +1,4 @@
-// Mainloop of the 8-bit Hopper kernel: a producer warp's TMA loads (Q, K, V^T tiles and each K block's scale)
+// Mainloop of the 8-bit Hopper kernel: a producer warp's TMA loads (Q, K, V^T tiles and each K block's 16-key group scales)
 // and a consumer warpgroup's INT8 S GEMM, online softmax and FP8 P V GEMM, for one of the CTA's three
 // independent pipelines (kernel_traits.cuh). The work unit is a half item: 64 query rows of a 128-row item.
 //
@@ -20,6 +20,7 @@
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/quantized_operands.h"
+#include "wavealign/quantize.h"
 #include "cuda/attention/sm90/pipeline.cuh"
 #include "cuda/attention/sm90/tile_scheduler.cuh"
 #include "cuda/attention/sm90_int8/kernel_traits.cuh"
@@ -55,7 +56,8 @@ struct PipelineStorage {
   cute::array_aligned<int8_t, Traits::kQTileBytes, 1024> q;
   cute::array_aligned<int8_t, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
   cute::array_aligned<typename Traits::Fp8, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
-  float k_scale[Traits::kStages];  // the scale of the K block in each stage, written by the producer
+  // The 16-key groups' scales of the K block in each stage, written by the producer.
+  alignas(16) float k_scale[Traits::kStages][kKeyScaleGroups];
   sm90::PipelineBarriers<Traits::kStages, Traits::kPipelineConsumerWarps> pipe;
 };
 
@@ -164,13 +166,17 @@ struct Mainloop {
         Tensor gV = local_tile(mV(_, _, entry), Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));
         auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-        const float* entry_k_scale = quant.k_scale + int64_t(entry) * p.kv_blocks;
+        const float4* entry_k_scale = reinterpret_cast<const float4*>(quant.k_scale) +
+                                      int64_t(entry) * p.kv_blocks * (kKeyScaleGroups / 4);
 
-        // The block's scale goes into shared memory before the stage's arrive, whose release the consumers'
+        // The block's scales go into shared memory before the stage's arrive, whose release the consumers'
         // wait acquires.
-        auto load_k = [&](int block, float scale, const StageCounter<kStages>& at) {
+        auto load_k = [&](int block, const StageCounter<kStages>& at) {
+          const float4 scales[2] = {entry_k_scale[2 * block], entry_k_scale[2 * block + 1]};
           Barrier::wait(&storage.pipe.k_empty[at.index()], at.phase() ^ 1u);
-          storage.k_scale[at.index()] = scale;
+          float4* slot = reinterpret_cast<float4*>(storage.k_scale[at.index()]);
+          slot[0] = scales[0];
+          slot[1] = scales[1];
           TransactionBarrier::arrive_and_expect_tx(&storage.pipe.k_full[at.index()], Traits::kTileBytes);
           copy(params.tma_k.with(storage.pipe.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
                tKsK(_, at.index()));
@@ -189,21 +195,19 @@ struct Mainloop {
           int previous_block = 0;
           for (int base = 0; base < item.n_blocks; base += 32) {
             const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
-            const float mine_scale = entry_k_scale[mine];
             const int count = min(32, item.n_blocks - base);
             for (int j = 0; j < count; ++j) {
               const int block = __shfl_sync(0xffffffffu, mine, j);
-              const float scale = __shfl_sync(0xffffffffu, mine_scale, j);
               if constexpr (k_ahead) {
                 if (lane == 0) {
-                  load_k(block, scale, kv);
+                  load_k(block, kv);
                   if (base + j > 0) load_v(previous_block, v_stages);
                 }
                 if (base + j > 0) v_stages.advance();
                 previous_block = block;
               } else {
                 if (lane == 0) {
-                  load_k(block, scale, kv);
+                  load_k(block, kv);
                   load_v(block, kv);
                 }
               }
@@ -270,33 +274,46 @@ struct Mainloop {
     const int valid_in_partial = p.tokens - (p.kv_blocks - 1) * kBlockN;
     const int n = record.n_blocks;
     const int partial_position = record.partial_position;
-    // The row scales times scale_log2 once per item; each block multiplies in its K scale.
+    // The row scales times scale_log2 once per item; each block multiplies in its groups' K scales.
     const int first_row = record.q_block * Traits::kRowsPerConsumer + frag_row(tid);
     const float* row_scales = quant.q_scale + int64_t(record.head) * p.tokens;
     float row_multiplier[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = first_row + 8 * h;
-      row_multiplier[h] = row < p.tokens ? row_scales[row] : 0.f;
+      row_multiplier[h] = (row < p.tokens ? row_scales[row] : 0.f) * p.scale_log2;
     }
 
-    // The rows' multipliers f = (q_scale * k_scale) * scale_log2 of the block in `stage`. Lane 0 alone reads
-    // the K scale and passes it on: it is the lane whose arrive releases the stage, so its read is ordered
-    // before the producer's next write of the slot by that arrive (an mbarrier arrive releases the accesses of
-    // the arriving thread).
-    auto multipliers_of = [&](int stage, float (&multiplier)[2]) {
-      const float k_scale = __shfl_sync(0xffffffffu, lane == 0 ? storage.k_scale[stage] : 0.f, 0);
+    // The 16-key groups' K scales of the block in `stage` (the scores' conversion multiplies them in).
+    // Lane 0 alone reads them and passes them on: it is the lane whose arrive releases the stage, so its read is
+    // ordered before the producer's next write of the slot by that arrive (an mbarrier arrive releases the
+    // accesses of the arriving thread).
+    auto multipliers_of = [&](int stage, float (&multiplier)[kKeyScaleGroups]) {
+      float4 scales[2] = {};
+      if (lane == 0) {
+        scales[0] = reinterpret_cast<const float4*>(storage.k_scale[stage])[0];
+        scales[1] = reinterpret_cast<const float4*>(storage.k_scale[stage])[1];
+      }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) multiplier[h] = (row_multiplier[h] * k_scale) * p.scale_log2;
+      for (int i = 0; i < 2; ++i) {
+        multiplier[4 * i] = __shfl_sync(0xffffffffu, scales[i].x, 0);
+        multiplier[4 * i + 1] = __shfl_sync(0xffffffffu, scales[i].y, 0);
+        multiplier[4 * i + 2] = __shfl_sync(0xffffffffu, scales[i].z, 0);
+        multiplier[4 * i + 3] = __shfl_sync(0xffffffffu, scales[i].w, 0);
+      }
     };
     // The scores of S as P' in s (masked where the block is partial, through the softmax).
     float s[64];
-    auto softmax_of = [&](const float (&multiplier)[2], int position, float (&factor)[2]) {
+    // Slots 4 G .. 4 G + 3 of each row are columns of the block's 16-key group G (fragment.cuh's layout).
+    auto softmax_of = [&](const float (&key_scale)[kKeyScaleGroups], int position, float (&factor)[2]) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = static_cast<float>(tSrS(i));
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+          s[frag_index(h, j)] = static_cast<float>(tSrS(frag_index(h, j))) * key_scale[j / 4];
       const bool partial = position == partial_position;
       if (partial) mask_columns(s, valid_in_partial, quad_lane, -INFINITY);
-      softmax.exponentiate(s, multiplier, factor);
+      softmax.exponentiate(s, row_multiplier, factor);
       // Keys past the sequence end get P' = 0 outright (a zero multiplier turns their -inf into NaN).
       if (partial) mask_columns(s, valid_in_partial, quad_lane, 0.f);
       softmax.accumulate(s, factor);
@@ -319,10 +336,12 @@ struct Mainloop {
       const int stage = kv.index();
       Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-      float multiplier[2];
-      multipliers_of(stage, multiplier);  // its shared load and shuffle run under the GEMM
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
+      // The scales are read once S is there (read earlier, under the GEMM, they would hold 8 more registers
+      // over the wait, and the consumer already has none to spare).
+      float multiplier[kKeyScaleGroups];
+      multipliers_of(stage, multiplier);
       sm90::release_stage(&storage.pipe.k_empty[stage], lane);
       if (position == n - 1) sm90::release_stage(&storage.pipe.q_empty, lane);
       float factor[2];

@@ -24,6 +24,12 @@
 // float4s. Every sum has a fixed order; no atomics. Keys at or past `columns` (the last tile) are -inf.
 // Tile order: groups of 16 row tiles, key tiles in order within a group, row tiles fastest: the 132 CTAs
 // working at once share ~16 query panels (4 MB) and ~9 key panels (4.5 MB), which stay in L2.
+//
+// INT8 codes (XAttention's INT8 estimate): the same tiles and ring, a stage 128 codes of the width (48 KB
+// again), m64n256k32 s8 wgmmas accumulating int32 (exact: |sum| <= 127^2 x 2,048 < 2^25), twice the 16-bit
+// rate. The epilogue first turns each product into its logit in log2 units, x = float(product) x (query row
+// scale x scale_log2 x key block scale), one factor per row and key block (4 or 2 of a thread's columns
+// share a block); from there it is the 16-bit epilogue with scale_log2 = 1.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -52,7 +58,6 @@ using ::wavealign::cuda::detail::quad_max;
 
 constexpr int kTileRows = kXAttentionTileRows;
 constexpr int kTileKeys = kXAttentionTileKeys;
-constexpr int kChunk = kXAttentionWidthMultiple;  // width columns per stage
 constexpr int kStages = 4;
 constexpr int kConsumerThreads = 256;  // two warpgroups of 64 rows each
 constexpr int kConsumerWarps = kConsumerThreads / 32;
@@ -66,19 +71,23 @@ constexpr uint32_t kFirstDoneBarrier = 0;
 constexpr uint32_t kSecondDoneBarrier = 1;
 static_assert(kTileRows == 2 * 64, "a consumer warpgroup per 64 rows");
 
-template <ElementType kType>
+template <class Element_>
 struct EstimateTraits {
-  using Element = std::conditional_t<kType == ElementType::kBf16, cutlass::bfloat16_t, cutlass::half_t>;
+  using Element = Element_;
+  static constexpr bool kInt8 = std::is_same_v<Element, int8_t>;
+  using Accumulator = std::conditional_t<kInt8, int32_t, float>;
+  static constexpr int kChunk = kInt8 ? kXAttentionInt8WidthMultiple : kXAttentionWidthMultiple;  // per stage
   using TileShape = cute::Shape<cute::Int<kTileRows>, cute::Int<kTileKeys>, cute::Int<kChunk>>;
   // Both operands from shared memory, K-major; warpgroup w computes rows 64 w .. 64 w + 63 of the tile.
   using TiledMma = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::ss_op_selector<Element, Element, float, TileShape>(),
+      cute::SM90::GMMA::ss_op_selector<Element, Element, Accumulator, TileShape>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
-  using SmemAtom = cute::SM90::GMMA::Layout_K_SW128_Atom<Element>;  // 8 rows x 64 values
+  using SmemAtom = cute::SM90::GMMA::Layout_K_SW128_Atom<Element>;  // 8 rows x 128 bytes
   using SmemLayoutA = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kTileRows>, cute::Int<kChunk>, cute::Int<kStages>>{}));
   using SmemLayoutB = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kTileKeys>, cute::Int<kChunk>, cute::Int<kStages>>{}));
+  static_assert(cute::size<1>(SmemAtom{}) == kChunk, "a stage is one swizzle atom wide");
   // Packed rows as (rows, width), width contiguous.
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(nullptr)),
                                                 cute::Shape<int32_t, int32_t>{}, cute::Stride<int64_t, cute::_1>{}));
@@ -137,8 +146,9 @@ __device__ __forceinline__ void load_stages(const EstimateKernelParams<Traits>& 
   prefetch_tma_descriptor(params.tma_b.get_tma_descriptor());
   Tensor mA = params.tma_a.get_tma_tensor(make_shape(int32_t(p.query_rows), int32_t(p.width)));
   Tensor mB = params.tma_b.get_tma_tensor(make_shape(int32_t(p.key_rows), int32_t(p.width)));
-  Tensor gA = local_tile(mA, Shape<Int<kTileRows>, Int<kChunk>>{}, make_coord(_, _));  // (128, 64, tiles, chunks)
-  Tensor gB = local_tile(mB, Shape<Int<kTileKeys>, Int<kChunk>>{}, make_coord(_, _));  // (256, 64, tiles, chunks)
+  constexpr int kChunk = Traits::kChunk;
+  Tensor gA = local_tile(mA, Shape<Int<kTileRows>, Int<kChunk>>{}, make_coord(_, _));  // (128, chunk, tiles, chunks)
+  Tensor gB = local_tile(mB, Shape<Int<kTileKeys>, Int<kChunk>>{}, make_coord(_, _));  // (256, chunk, tiles, chunks)
   Tensor sA = make_tensor(make_smem_ptr(storage.a.data()), typename Traits::SmemLayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(storage.b.data()), typename Traits::SmemLayoutB{});
   auto [tAgA, tAsA] = tma_partition(params.tma_a, _0{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
@@ -158,10 +168,35 @@ __device__ __forceinline__ void load_stages(const EstimateKernelParams<Traits>& 
   }
 }
 
-/// The epilogue of one tile (the file comment): tile maxima and key-block sums of the thread's two rows.
+/// INT8 codes: each product of the thread's two rows becomes its logit in log2 units, in place (`logits` views
+/// the accumulators' registers as floats).
+template <int kPerBlock, class Products, class Logits>
+__device__ __forceinline__ void scale_int8_products(const XAttentionSm90Params& p, Products& products,
+                                                    Logits& logits, int tid, const TileCoord& at) {
+  constexpr int kBlocks = kTileKeys / kPerBlock;
+  constexpr int kSlots = kPerBlock / 4;
+  const float* key_scales = p.key_scales + int64_t(at.key_tile) * kBlocks;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = int64_t(at.row_tile) * kTileRows + frag_row(tid) + 8 * h;
+    const float row_factor = p.query_scales[row] * p.scale_log2;
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+      const float factor = row_factor * key_scales[b];
+#pragma unroll
+      for (int i = 0; i < kSlots; ++i) {
+        const int index = frag_index(h, b * kSlots + i);
+        logits(index) = float(products(index)) * factor;
+      }
+    }
+  }
+}
+
+/// The epilogue of one tile (the file comment): tile maxima and key-block sums of the thread's two rows, from
+/// the raw products times scale_log2 (1 for logits already in log2 units).
 template <int kPerBlock, bool kMasked, class Accumulators>
-__device__ __forceinline__ void reduce_tile(const XAttentionSm90Params& p, Accumulators& acc, int tid,
-                                            const TileCoord& at) {
+__device__ __forceinline__ void reduce_tile(const XAttentionSm90Params& p, Accumulators& acc, float scale_log2,
+                                            int tid, const TileCoord& at) {
   constexpr int kBlocks = kTileKeys / kPerBlock;  // key blocks per row and tile
   constexpr int kSlots = kPerBlock / 4;           // a thread's values per row and key block
   constexpr int kLaneBlocks = kBlocks / 4;        // block sums each quad lane stores
@@ -178,14 +213,14 @@ __device__ __forceinline__ void reduce_tile(const XAttentionSm90Params& p, Accum
     for (int j = 0; j < kTileKeys / 4; ++j) tops[j % 4] = fmaxf(tops[j % 4], frag(frag_index(h, j)));
     const float top = quad_max(fmaxf(fmaxf(tops[0], tops[1]), fmaxf(tops[2], tops[3])));
     // The quad's 256 keys hold at least one valid key (a tile starts below `columns`): top is finite.
-    const float shift = __fmul_rn(top, p.scale_log2);
+    const float shift = __fmul_rn(top, scale_log2);
     float sums[kBlocks];
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) {
       float part[kSlots];
 #pragma unroll
       for (int i = 0; i < kSlots; ++i)
-        part[i] = fast_exp2(fmaf(frag(frag_index(h, b * kSlots + i)), p.scale_log2, -shift));
+        part[i] = fast_exp2(fmaf(frag(frag_index(h, b * kSlots + i)), scale_log2, -shift));
 #pragma unroll
       for (int width = kSlots / 2; width > 0; width /= 2) {
 #pragma unroll
@@ -221,7 +256,7 @@ __device__ __forceinline__ void consume_tiles(const EstimateKernelParams<Traits>
   Tensor acc = partition_fragment_C(mma, Shape<Int<kTileRows>, Int<kTileKeys>>{});
   const int lane = tid % 32;
   const bool first_warpgroup = tid < 128;
-  const int chunks = p.width / kChunk;
+  const int chunks = p.width / Traits::kChunk;
   sm90::StageCounter<kStages> ring;
   for (int tile = blockIdx.x; tile < params.tiles; tile += gridDim.x) {
     const TileCoord at = tile_at(tile, params.row_tiles, p.key_tiles);
@@ -255,10 +290,18 @@ __device__ __forceinline__ void consume_tiles(const EstimateKernelParams<Traits>
     const bool more = tile + int(gridDim.x) < params.tiles;
     if (!first_warpgroup || tile != int(blockIdx.x))
       cutlass::arch::NamedBarrier::sync(kConsumerThreads, first_warpgroup ? kSecondDoneBarrier : kFirstDoneBarrier);
-    if (int64_t(at.key_tile + 1) * kTileKeys > p.columns) {
-      reduce_tile<kPerBlock, true>(p, acc, tid, at);
+    if constexpr (Traits::kInt8) {
+      Tensor logits = recast<float>(acc);
+      scale_int8_products<kPerBlock>(p, acc, logits, tid, at);
+      if (int64_t(at.key_tile + 1) * kTileKeys > p.columns) {
+        reduce_tile<kPerBlock, true>(p, logits, 1.0f, tid, at);
+      } else {
+        reduce_tile<kPerBlock, false>(p, logits, 1.0f, tid, at);
+      }
+    } else if (int64_t(at.key_tile + 1) * kTileKeys > p.columns) {
+      reduce_tile<kPerBlock, true>(p, acc, p.scale_log2, tid, at);
     } else {
-      reduce_tile<kPerBlock, false>(p, acc, tid, at);
+      reduce_tile<kPerBlock, false>(p, acc, p.scale_log2, tid, at);
     }
     if (first_warpgroup || more)
       cutlass::arch::NamedBarrier::arrive(kConsumerThreads, first_warpgroup ? kFirstDoneBarrier : kSecondDoneBarrier);
@@ -296,15 +339,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <class Traits, int kPerBlock>
 struct GridTag {};
 
-template <ElementType kType, int kPerBlock>
+template <class Element, int kPerBlock>
 void launch(const XAttentionSm90Params& p, cudaStream_t stream) {
   using namespace cute;
-  using Traits = EstimateTraits<kType>;
-  using Element = typename Traits::Element;
+  using Traits = EstimateTraits<Element>;
+  constexpr int kChunk = Traits::kChunk;
   EstimateKernelParams<Traits> kernel_params{p, {}, {}, int(p.query_rows / kTileRows), 0};
   kernel_params.tiles = kernel_params.row_tiles * p.key_tiles;
-  auto packed = [&](const uint16_t* rows, int64_t count) {
-    return make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(rows)),
+  auto packed = [&](const void* rows, int64_t count) {
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(rows)),
                        make_shape(int32_t(count), int32_t(p.width)), make_stride(int64_t(p.width), _1{}));
   };
   kernel_params.tma_a = make_tma_copy(SM90_TMA_LOAD{}, packed(p.queries, p.query_rows),
@@ -321,9 +364,9 @@ void launch(const XAttentionSm90Params& p, cudaStream_t stream) {
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <ElementType kType>
+template <class Element>
 void launch_type(const XAttentionSm90Params& p, cudaStream_t stream) {
-  p.per_block == 16 ? launch<kType, 16>(p, stream) : launch<kType, 8>(p, stream);
+  p.per_block == 16 ? launch<Element, 16>(p, stream) : launch<Element, 8>(p, stream);
 }
 
 }  // namespace
@@ -331,8 +374,11 @@ void launch_type(const XAttentionSm90Params& p, cudaStream_t stream) {
 void launch_xattention_estimate_sm90(const XAttentionSm90Params& params, cudaStream_t stream) {
   WA_CHECK(params.per_block == 8 || params.per_block == 16, "the sm90 XAttention estimate takes 8 or 16 packed rows "
            "a key block, not ", params.per_block);
-  WA_CHECK(params.width > 0 && params.width % kChunk == 0, "the sm90 XAttention estimate needs a packed width that is "
-           "a multiple of ", kChunk, ", not ", params.width);
+  const int chunk = params.int8 ? kXAttentionInt8WidthMultiple : kXAttentionWidthMultiple;
+  WA_CHECK(params.width > 0 && params.width % chunk == 0, "the sm90 XAttention estimate needs a packed width that is "
+           "a multiple of ", chunk, ", not ", params.width);
+  WA_CHECK(!params.int8 || (params.query_scales != nullptr && params.key_scales != nullptr),
+           "the sm90 XAttention INT8 estimate needs its scales");
   WA_CHECK(params.query_rows > 0 && params.query_rows % kTileRows == 0 && params.key_tiles > 0 &&
                params.key_rows == int64_t(params.key_tiles) * kTileKeys &&
                params.columns > int64_t(params.key_tiles - 1) * kTileKeys && params.columns <= params.key_rows,
@@ -340,8 +386,13 @@ void launch_xattention_estimate_sm90(const XAttentionSm90Params& params, cudaStr
   WA_CHECK(params.query_rows <= INT32_MAX && params.key_rows <= INT32_MAX &&
                params.query_rows / kTileRows * params.key_tiles <= INT32_MAX,
            "the sm90 XAttention estimate's rows exceed 32-bit TMA coordinates");
-  params.element_type == ElementType::kBf16 ? launch_type<ElementType::kBf16>(params, stream)
-                                            : launch_type<ElementType::kFp16>(params, stream);
+  if (params.int8) {
+    launch_type<int8_t>(params, stream);
+  } else if (params.element_type == ElementType::kBf16) {
+    launch_type<cutlass::bfloat16_t>(params, stream);
+  } else {
+    launch_type<cutlass::half_t>(params, stream);
+  }
 }
 
 }  // namespace wavealign::cuda::masks
