@@ -1,5 +1,5 @@
-// Mainloop of the 8-bit Hopper kernel: a producer warp's TMA loads (Q, K, V^T tiles and each K block's 16-key group scales)
-// and a consumer warpgroup's INT8 S GEMM, online softmax and FP8 P V GEMM, for one of the CTA's three
+// Mainloop of the 8-bit Hopper kernel: a producer warp's TMA loads (Q, K, V^T tiles and the 16-key groups' scales of
+// each K block) and a consumer warpgroup's INT8 S GEMM, online softmax and FP8 P V GEMM, for one of the CTA's three
 // independent pipelines (kernel_traits.cuh). The work unit is a half item: 64 query rows of a 128-row item.
 //
 // A consumer runs its blocks one after another: S_i, its softmax and P_i, then the P V product of block i, added

@@ -1,11 +1,11 @@
 // Online softmax of the 8-bit kernel, and P's conversion to the FP8 operand of the P V GEMM.
 //
-// A thread holds rows g and g + 8 of its warp's 16 (fragment.cuh's layout) and 32 of a block's 128 columns per
-// row. The scores arrive as a = float(q8 . k8) * k_scale of the key's 16-key group (the integer product is
-// exact); the multiplier f = q_scale * scale_log2 of the row turns them into log2 units. Probabilities are kept scaled by 448 (the
-// largest e4m3 value): P' = 2^(a f - m + log2 448), so the row's largest P' is 448 and FP8 keeps 3 mantissa bits
-// across the whole [0, 448] range; the 448 cancels in O / l. Every step depends on the row's own values in
-// walk order only, so a row's bits do not depend on the schedule.
+// A thread holds rows g and g + 8 of its warp's 16 (fragment.cuh's layout) and 32 of a block's 128 columns per row. The
+// scores arrive as a = float(q8 . k8) * k_scale of the key's 16-key group (the integer product is exact); the
+// multiplier f = q_scale * scale_log2 of the row turns them into log2 units. Probabilities are kept scaled by 448 (the
+// largest e4m3 value): P' = 2^(a f - m + log2 448), so the row's largest P' is 448 and FP8 keeps 3 mantissa bits across
+// the whole [0, 448] range; the 448 cancels in O / l. Every step depends on the row's own values in walk order only, so
+// a row's bits do not depend on the schedule.
 #pragma once
 
 #include <cmath>
