@@ -284,33 +284,25 @@ struct Mainloop {
       row_multiplier[h] = (row < p.tokens ? row_scales[row] : 0.f) * p.scale_log2;
     }
 
-    // The 16-key groups' K scales of the block in `stage` (the scores' conversion multiplies them in).
-    // Lane 0 alone reads them and passes them on: it is the lane whose arrive releases the stage, so its read is
-    // ordered before the producer's next write of the slot by that arrive (an mbarrier arrive releases the
-    // accesses of the arriving thread).
-    auto multipliers_of = [&](int stage, float (&multiplier)[kKeyScaleGroups]) {
-      float4 scales[2] = {};
-      if (lane == 0) {
-        scales[0] = reinterpret_cast<const float4*>(storage.k_scale[stage])[0];
-        scales[1] = reinterpret_cast<const float4*>(storage.k_scale[stage])[1];
-      }
+    // The scores of S as floats in s, each times its 16-key group's K scale: slots 4 G .. 4 G + 3 of each row are
+    // columns of group G (fragment.cuh's layout). Lane 0 alone reads each group's scale as its group is converted
+    // and passes it on, so one scale is live at a time (all 8 at once spill at 160 registers); it is the lane whose
+    // arrive releases the stage, so its reads are ordered before the producer's next write of the slot by that
+    // arrive (an mbarrier arrive releases the accesses of the arriving thread).
+    float s[64];
+    auto scores_of = [&](int stage) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        multiplier[4 * i] = __shfl_sync(0xffffffffu, scales[i].x, 0);
-        multiplier[4 * i + 1] = __shfl_sync(0xffffffffu, scales[i].y, 0);
-        multiplier[4 * i + 2] = __shfl_sync(0xffffffffu, scales[i].z, 0);
-        multiplier[4 * i + 3] = __shfl_sync(0xffffffffu, scales[i].w, 0);
+      for (int group = 0; group < kKeyScaleGroups; ++group) {
+        const float key_scale = __shfl_sync(0xffffffffu, lane == 0 ? storage.k_scale[stage][group] : 0.f, 0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 4 * group; j < 4 * group + 4; ++j)
+            s[frag_index(h, j)] = static_cast<float>(tSrS(frag_index(h, j))) * key_scale;
       }
     };
-    // The scores of S as P' in s (masked where the block is partial, through the softmax).
-    float s[64];
-    // Slots 4 G .. 4 G + 3 of each row are columns of the block's 16-key group G (fragment.cuh's layout).
-    auto softmax_of = [&](const float (&key_scale)[kKeyScaleGroups], int position, float (&factor)[2]) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          s[frag_index(h, j)] = static_cast<float>(tSrS(frag_index(h, j))) * key_scale[j / 4];
+    // The scores in s as P' (masked where the block is partial, through the softmax).
+    auto softmax_of = [&](int position, float (&factor)[2]) {
       const bool partial = position == partial_position;
       if (partial) mask_columns(s, valid_in_partial, quad_lane, -INFINITY);
       softmax.exponentiate(s, row_multiplier, factor);
@@ -338,14 +330,11 @@ struct Mainloop {
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
-      // The scales are read once S is there (read earlier, under the GEMM, they would hold 8 more registers
-      // over the wait, and the consumer already has none to spare).
-      float multiplier[kKeyScaleGroups];
-      multipliers_of(stage, multiplier);
+      scores_of(stage);
       sm90::release_stage(&storage.pipe.k_empty[stage], lane);
       if (position == n - 1) sm90::release_stage(&storage.pipe.q_empty, lane);
       float factor[2];
-      softmax_of(multiplier, position, factor);
+      softmax_of(position, factor);
       convert_p(s, p_registers);
       Barrier::wait(&storage.pipe.v_full[stage], kv.phase());
       CUTE_UNROLL
