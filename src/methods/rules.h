@@ -99,7 +99,9 @@ WA_HOST_DEVICE inline int64_t sequence_mean_chunks(int64_t tokens) {
 /// keys past the sequence included (each reshaped query row's logits then all move by the same amount, which
 /// the softmax does not see); a reshaped query row (S tokens x head_dim, zero past the sequence) has the scale
 /// max |x| / 127, the smoothed keys of a key block (block tokens x head_dim) one scale between them; the codes
-/// are quantize_rules' quantize_int8 of x with the scale's inverse.
+/// are quantize_rules' quantize_int8 of x with the scale's inverse. (The rule's code: methods/xattention.cpp's
+/// quantize_rows on the CPU, cuda/masks/xattention_int8.cu on the GPU.)
+
 /// How XAttention's GPU row pass splits a key block of per_block logits (a power of two, block / stride) over
 /// threads: `group` consecutive threads (a divisor of 32), `width` consecutive logits each, so that a warp
 /// reads 32 x width consecutive floats (float4 loads: width 4 up to 128 logits per key block, 8 at 256;
