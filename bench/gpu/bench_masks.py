@@ -32,6 +32,20 @@ def merged_runs(previous: list[dict], runs: list[dict], stamp: dict) -> list[dic
     return [row for row in previous if row["case"] not in ran] + [{**run, **stamp} for run in runs]
 
 
+MERGED_COMMAND = ("bench/gpu/bench_masks.py BUILD --cases CASES (one call per row group; each row's commit, date "
+                  "and command name its call)")
+
+
+def merged_record(record: dict, previous: list[dict], runs: list[dict]) -> dict:
+    """The results file after this call: its rows (merged_runs) and, where they come from several calls, the
+    calls' commits in row order and the general command instead of this call's."""
+    rows = merged_runs(previous, runs, {field: record[field] for field in ("commit", "date", "command")})
+    commits = list(dict.fromkeys(row["commit"] for row in rows))
+    if len(commits) > 1:
+        record = {**record, "commit": ",".join(commits), "command": MERGED_COMMAND}
+    return {**record, "runs": rows}
+
+
 def summary(run: dict) -> str:
     """The printed lines of one case: its share of the attention and, for XAttention, its estimate's floor ratio
     with the cuBLAS path's time (16-bit) or the Jaccard index with the 16-bit mask (INT8 estimate)."""
@@ -78,8 +92,7 @@ def main():
     record = result_record.make(runs[0]["gpu"] if runs else "unknown",
                                 "bench/gpu/bench_masks.py " + " ".join(sys.argv[1:]))
     previous = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
-    stamp = {field: record[field] for field in ("commit", "date", "command")}
-    result_record.write(args.out, {**record, "runs": merged_runs(previous, runs, stamp)})
+    result_record.write(args.out, merged_record(record, previous, runs))
     print(f"wrote {args.out}")
     if result.returncode != 0 or not runs:
         sys.exit(f"bench_masks.py: wa_bench_masks exited {result.returncode} after {len(runs)} cases")

@@ -97,3 +97,12 @@ def test_the_mask_bench_prints_both_xattention_estimates():
     int8 = bench_masks.summary({**common, "case": "xattention-s16-int8", "estimate": "fused-int8",
                                 "floor_ratio": 0.898, "jaccard_vs_16bit": 0.9971, "blocks_differing_from_16bit": 42})
     assert "mask / floor 0.898 (the bf16 floor), Jaccard with the 16-bit mask 0.9971 (42 blocks differ)" in int8
+
+
+def test_a_mask_record_merged_from_several_calls_names_every_commit():
+    record = {"device": "GPU", "commit": "new", "date": "2026-12-05", "command": "bench_masks.py BUILD --cases x"}
+    previous = [{"case": "y", "commit": "old", "date": "2026-12-01", "command": "bench_masks.py BUILD --cases y"}]
+    merged = bench_masks.merged_record(record, previous, [{"case": "x"}])
+    assert merged["commit"] == "old,new" and merged["command"] == bench_masks.MERGED_COMMAND
+    alone = bench_masks.merged_record(record, [], [{"case": "x"}])
+    assert alone["commit"] == "new" and alone["command"] == record["command"]
