@@ -20,10 +20,8 @@ import os
 
 import torch
 import torch.distributed as dist
-from diffusers import ContextParallelConfig
-
 import wavealign.diffusers
-from wan_t2v import TINY, build_transformer, mask_method, pipeline, text_embeddings
+from wan_t2v import TINY, build_transformer, context_parallel_config, mask_method, pipeline, text_embeddings
 
 
 def denoise(transformer, device, dtype, args) -> torch.Tensor:
@@ -65,16 +63,12 @@ def main() -> None:
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(1)   # the ranks share the host's cores; rank 0's one-process run uses 1 thread too
-        if torch.accelerator.device_count() == 0:
-            # diffusers 0.42.1's enable_parallelism picks the rank's device as rank % device_count(), which
-            # divides by zero on a host without an accelerator; that device is only recorded (the mesh is a CPU one).
-            torch.accelerator.device_count = lambda: 1
     # "cpu:gloo" names the device: diffusers exchanges shard sizes on the CPU only where the backend says "cpu"
     dist.init_process_group("cuda:nccl" if cuda else "cpu:gloo")
     try:
         transformer = build_transformer(config, device, dtype, seed=0)
         transformer.set_attention_backend("wavealign")
-        transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=world))
+        transformer.enable_parallelism(config=context_parallel_config(device, ulysses_degree=world))
         latents = denoise(transformer, device, dtype, args)
         if rank == 0:
             alone = build_transformer(config, device, dtype, seed=0)

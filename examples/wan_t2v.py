@@ -110,6 +110,27 @@ def mask_method(name: str, block: int, density: float) -> Any:
     return PooledTopK(block, density) if name == "pooled" else name
 
 
+def context_parallel_config(device: torch.device, **degrees: int) -> Any:
+    """diffusers' ContextParallelConfig (ulysses_degree=..., ring_degree=...) for ranks whose tensors live on
+    `device`, to pass to `transformer.enable_parallelism(config=...)` after init_process_group.
+
+    On the CPU (gloo) the config carries a CPU device mesh: without one, diffusers 0.42.1 builds its mesh on the
+    machine's accelerator (init_device_mesh(torch._C._get_accelerator().type)), a CUDA mesh on a GPU host, which
+    gloo ranks on the CPU cannot use (on the H200 host the example's ranks failed there; forked ones cannot
+    initialize CUDA at all). It also records each rank's device as rank % torch.accelerator.device_count(), which
+    divides by zero on a host without an accelerator; that device is only recorded, so any count will do there.
+    """
+    from diffusers import ContextParallelConfig
+
+    config = ContextParallelConfig(**degrees)
+    if device.type == "cpu":
+        config.mesh = torch.distributed.device_mesh.init_device_mesh("cpu", config.mesh_shape,
+                                                                     mesh_dim_names=config.mesh_dim_names)
+        if torch.accelerator.device_count() == 0:
+            torch.accelerator.device_count = lambda: 1
+    return config
+
+
 def pipeline(transformer: Any, flow_shift: float) -> Any:
     """WanPipeline around the transformer: UniPC flow matching (Wan's scheduler), no tokenizer, encoder or VAE."""
     from diffusers import UniPCMultistepScheduler, WanPipeline

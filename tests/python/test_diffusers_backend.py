@@ -28,7 +28,6 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the diffu
 pytest.importorskip("diffusers", reason="diffusers is not installed: the diffusers backend tests are skipped")
 dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torch.distributed")
 
-from diffusers import ContextParallelConfig  # noqa: E402
 from diffusers.models.attention_dispatch import (AttentionBackendName, _AttentionBackendRegistry,  # noqa: E402
                                                  attention_backend, dispatch_attention_fn)
 
@@ -335,23 +334,8 @@ def run_route(model, inputs, method, options, route):
         return run(model, inputs)
 
 
-def cpu_context_parallel(**degrees) -> ContextParallelConfig:
-    """A ContextParallelConfig over a CPU device mesh. Without one, diffusers builds its mesh on the machine's
-    accelerator (init_device_mesh(torch._C._get_accelerator().type)): on a GPU host that is a CUDA mesh, which a
-    forked gloo worker cannot initialize ("Cannot re-initialize CUDA in forked subprocess", seen on the H200)."""
-    config = ContextParallelConfig(**degrees)
-    config.mesh = torch.distributed.device_mesh.init_device_mesh("cpu", config.mesh_shape,
-                                                                 mesh_dim_names=config.mesh_dim_names)
-    return config
-
-
 def cp_worker(rank: int, world: int, port: int, folder: str) -> None:
     torch.set_num_threads(1)  # the processes share the machine's cores; the one-process runs use 1 thread too
-    # diffusers 0.42.1's enable_parallelism picks the rank's device as rank % torch.accelerator.device_count(),
-    # which divides by zero on a host without an accelerator; the device it picks is only recorded, the mesh is
-    # a CPU one, so any count will do there.
-    if torch.accelerator.device_count() == 0:
-        torch.accelerator.device_count = lambda: 1
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=COLLECTIVE_TIMEOUT)
     # "cpu:gloo" rather than "gloo": ulysses_anything exchanges the shard lengths on the CPU only where the
     # group's backend string names the cpu device (diffusers' gather_size_by_comm), else on the accelerator.
@@ -369,14 +353,14 @@ def cp_worker(rank: int, world: int, port: int, folder: str) -> None:
                 model.set_attention_backend("wavealign")
             if route == "apply-first":
                 wd.apply(model, method, **options)
-            model.enable_parallelism(config=cpu_context_parallel(ulysses_degree=world,
-                                                                 ulysses_anything=name == "anything"))
+            model.enable_parallelism(config=wan_t2v.context_parallel_config(
+                torch.device("cpu"), ulysses_degree=world, ulysses_anything=name == "anything"))
             results[name] = run_route(model, inputs, method, options, route)
             if isinstance(method, Recording):
                 results[f"{name}-shapes"] = method.shapes
         ring = build()
         ring.set_attention_backend("wavealign")
-        ring.enable_parallelism(config=cpu_context_parallel(ring_degree=world))
+        ring.enable_parallelism(config=wan_t2v.context_parallel_config(torch.device("cpu"), ring_degree=world))
         try:
             with wd.BackendOptions(pooled, **SPARSE):
                 run(ring, inputs_for())
