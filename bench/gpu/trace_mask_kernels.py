@@ -7,10 +7,12 @@ Q and K are seeded normal bf16 [1, heads, L, d] (the scoring passes, the pooling
 same on any values; which heads turn query-aware, and so the pooled map's work, depends on them).
 
 Usage: bench/gpu/trace_mask_kernels.py BUILD [--method flexprefill] [--frames 401] [--heads 40] [--warmup 2]
-                                       [--json OUT]
+                                       [--option NAME=VALUE ...] [--json OUT]
+--option passes one of the method's options (a Python literal: --option stride=16 --option int8_estimate=True).
 BUILD is a CMake build directory holding the Python extension (BUILD/python).
 """
 import argparse
+import ast
 import collections
 import json
 import pathlib
@@ -18,6 +20,17 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from collect_mask_kernels import short_name  # noqa: E402  (one reader of kernel names)
+
+
+def method_option(text: str):
+    """NAME=VALUE with VALUE a Python literal -> (NAME, value)."""
+    name, separator, value = text.partition("=")
+    if not separator or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a Python literal") from None
 
 
 def main():
@@ -29,8 +42,11 @@ def main():
     parser.add_argument("--heads", type=int, default=40)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--option", action="append", default=[], type=method_option,
+                        help="NAME=VALUE, one of the method's options (repeat for more)")
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
+    options = dict(args.option)
     sys.path.insert(0, str(args.build / "python"))
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -41,7 +57,10 @@ def main():
     generator = torch.Generator(device="cuda").manual_seed(0)
     q, k = (torch.randn((1, args.heads, tokens, args.head_dim), generator=generator, device="cuda",
                         dtype=torch.bfloat16) for _ in range(2))
-    run = getattr(methods, args.method)
+    method = getattr(methods, args.method)
+
+    def run(q, k):
+        return method(q, k, **options)
     for _ in range(args.warmup):
         run(q, k)
     torch.cuda.synchronize()
@@ -60,7 +79,7 @@ def main():
             for event in kernels]
     wall_ms = start.elapsed_time(end)
     busy = sum(row["us"] for row in rows)
-    print(f"{args.method}: {tokens} tokens, {args.heads} heads: {wall_ms:.2f} ms between events, "
+    print(f"{args.method} {options}: {tokens} tokens, {args.heads} heads: {wall_ms:.2f} ms between events, "
           f"{len(rows)} kernels, {busy / 1e3:.2f} ms of kernel time")
     for row in rows:
         print(f"  {row['start_us']:9.1f} us  +{row['us']:8.1f}  stream {row['stream']}  {row['name']}")
@@ -72,7 +91,7 @@ def main():
     for name, (count, total) in sorted(by_name.items(), key=lambda item: -item[1][1]):
         print(f"  {total:9.1f} us  {count:4d}x  {name}")
     if args.json:
-        args.json.write_text(json.dumps({"method": args.method, "tokens": tokens, "heads": args.heads,
+        args.json.write_text(json.dumps({"method": args.method, "options": options, "tokens": tokens, "heads": args.heads,
                                          "wall_ms": wall_ms, "kernels": rows}, indent=1) + "\n")
 
 

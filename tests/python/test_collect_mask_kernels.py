@@ -118,3 +118,24 @@ def test_short_name_reads_ncu_and_cupti_names():
              "(wavealign::cuda::masks::PoolParams)")
     assert short_name(cupti) == "pool_kernel<4, true, false>"
     assert short_name("wavealign::cuda::masks::(anonymous namespace)::select_kernel(SelectParams)") == "select_kernel"
+
+
+def test_the_timeline_tool_takes_method_options_as_python_literals():
+    """bench/gpu/trace_mask_kernels.py --option NAME=VALUE: the value a Python literal, a malformed one refused
+    with a message that names it (the script itself needs a GPU; its option parser does not)."""
+    import argparse
+    import importlib.util
+
+    import pytest
+
+    path = SCRIPT.parent / "trace_mask_kernels.py"
+    spec = importlib.util.spec_from_file_location("trace_mask_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.method_option("stride=16") == ("stride", 16)
+    assert module.method_option("int8_estimate=True") == ("int8_estimate", True)
+    assert module.method_option("threshold=0.3") == ("threshold", 0.3)
+    with pytest.raises(argparse.ArgumentTypeError, match="expected NAME=VALUE, got 'stride'"):
+        module.method_option("stride")
+    with pytest.raises(argparse.ArgumentTypeError, match="stride: 'sixteen' is not a Python literal"):
+        module.method_option("stride=sixteen")
