@@ -39,8 +39,10 @@ struct XAttentionSm90Params {
   float scale_log2 = 0;    // log2(e) x scale / stride, > 0
   // Out, per packed query row r and key tile T: tile_max[r * key_tiles + T] = the tile's largest logit in log2
   // units (x scale_log2), and for its key blocks b = 0 .. 256 / per_block - 1 the sums of exp2(logit - tile max):
-  // block_sums[r * key_tiles * (256 / per_block) + T * (256 / per_block) + b].
+  // block_sums[r * key_tiles * (256 / per_block) + T * (256 / per_block) + b], and tile_sum[r * key_tiles + T] =
+  // those block sums added in block order (b = 0 first), the row total's term of the tile.
   float* tile_max = nullptr;
+  float* tile_sum = nullptr;
   float* block_sums = nullptr;
 };
 

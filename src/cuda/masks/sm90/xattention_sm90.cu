@@ -21,7 +21,8 @@
 // max of the scaled logits: scale_log2 > 0), then exp2(fma(x, scale_log2, -max)) summed per key block in
 // registers (a block's per_block / 4 slots pairwise), then over the quad by two halving exchanges, which leave
 // quad lane t the sums of blocks t B / 4 .. (t + 1) B / 4 - 1 (B = 256 / per_block blocks a tile), stored as
-// float4s. Every sum has a fixed order; no atomics. Keys at or past `columns` (the last tile) are -inf.
+// float4s, and each block sum once more into the tile's total, in block order. Every sum has a fixed order; no
+// atomics. Keys at or past `columns` (the last tile) are -inf.
 // Tile order: groups of 16 row tiles, key tiles in order within a group, row tiles fastest: the 132 CTAs
 // working at once share ~16 query panels (4 MB) and ~9 key panels (4.5 MB), which stay in L2.
 //
@@ -230,13 +231,27 @@ __device__ __forceinline__ void reduce_tile(const XAttentionSm90Params& p, Accum
     }
     halve_across_lanes<1, kBlocks / 2>(sums, lane);
     halve_across_lanes<0, kBlocks / 4>(sums, lane);
+    // The tile's sum of its block sums in block order, handed along the quad (lane t holds blocks t B / 4 ..):
+    // the combine's row total then reads one float per tile instead of B (1/16 of its reads at S = 8).
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      if (quad_lane == t) {
+#pragma unroll
+        for (int i = 0; i < kLaneBlocks; ++i) tile_sum += sums[i];
+      }
+      tile_sum = __shfl_sync(0xFFFFFFFFu, tile_sum, (lane & ~3) | t);
+    }
     const int64_t row = int64_t(at.row_tile) * kTileRows + frag_row(tid) + 8 * h;
     float4* out = reinterpret_cast<float4*>(p.block_sums + row * block_stride + int64_t(at.key_tile) * kBlocks +
                                             quad_lane * kLaneBlocks);
 #pragma unroll
     for (int i = 0; i < kLaneBlocks / 4; ++i)
       out[i] = make_float4(sums[4 * i], sums[4 * i + 1], sums[4 * i + 2], sums[4 * i + 3]);
-    if (quad_lane == 0) p.tile_max[row * p.key_tiles + at.key_tile] = shift;
+    if (quad_lane == 0) {
+      p.tile_max[row * p.key_tiles + at.key_tile] = shift;
+      p.tile_sum[row * p.key_tiles + at.key_tile] = tile_sum;
+    }
   }
 }
 
