@@ -49,6 +49,13 @@ WA_HOST_DEVICE inline float bits_float(uint32_t bits) { return bit_copy<float>(b
 /// largest of several is the largest magnitude, or a NaN when any is NaN, whatever the order they are taken in.
 WA_HOST_DEVICE inline uint32_t magnitude_bits(float x) { return float_bits(x) & 0x7FFFFFFFu; }
 
+/// The stored INT8 scale of values whose largest magnitude has the bits `max_magnitude` (magnitude_bits): amax /
+/// 127, so that amax codes to 127. A NaN among the values makes it NaN, an infinity infinite, all zeros 0.
+WA_HOST_DEVICE inline float int8_scale(uint32_t max_magnitude) { return bits_float(max_magnitude) / kInt8Max; }
+
+/// The stored e4m3 scale of V's channel whose largest magnitude has the bits `max_magnitude`: amax / 448.
+WA_HOST_DEVICE inline float e4m3_scale(uint32_t max_magnitude) { return bits_float(max_magnitude) / kE4m3Max; }
+
 /// x rounded to the nearest integer (ties to even) and clamped to [-127, 127]; NaN gives 0, as
 /// cvt.rni.sat.s8.f32 does. Never -128, so q8 * k8 products stay within 127^2.
 WA_HOST_DEVICE inline int8_t round_to_int8(float x) {

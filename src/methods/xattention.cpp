@@ -44,7 +44,7 @@ std::vector<float> key_sequence_mean(const float* k, int64_t tokens, int d) {
 float quantize_group(const std::vector<float>& values, int8_t* codes) {
   uint32_t maximum = 0;
   for (float x : values) maximum = std::max(maximum, quantize_rules::magnitude_bits(x));
-  const float scale = quantize_rules::bits_float(maximum) / quantize_rules::kInt8Max;
+  const float scale = quantize_rules::int8_scale(maximum);
   const float inverse = quantize_rules::inverse_of(scale);
   for (size_t e = 0; e < values.size(); ++e) codes[e] = quantize_rules::quantize_int8(values[e], inverse);
   return scale;

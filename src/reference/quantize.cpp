@@ -59,7 +59,7 @@ struct EntryQuantizer {
           centered[r * kD + c] = k[(first + r) * kD + c] - mean[c];
           maximum = std::max(maximum, magnitude_bits(centered[r * kD + c]));
         }
-      const float block_scale = bits_float(maximum) / kInt8Max;
+      const float block_scale = int8_scale(maximum);
       out.k_scale[size_t(entry) * layout.kv_blocks + block] = block_scale;
       const float inverse = inverse_of(block_scale);
       int8_t* k8 = out.k8 + (size_t(entry) * tokens() + first) * kD;
@@ -74,7 +74,7 @@ struct EntryQuantizer {
       const float* row = q + t * kD;
       uint32_t maximum = 0;
       for (int c = 0; c < kD; ++c) maximum = std::max(maximum, magnitude_bits(row[c]));
-      const float row_scale = bits_float(maximum) / kInt8Max;
+      const float row_scale = int8_scale(maximum);
       int8_t* q8 = out.q8 + (size_t(entry) * tokens() + t) * kD;
       const float inverse = inverse_of(row_scale);
       for (int c = 0; c < kD; ++c) q8[c] = quantize_int8(row[c], inverse);
@@ -97,7 +97,7 @@ struct EntryQuantizer {
     for (int c = 0; c < kD; ++c) {
       uint32_t maximum = 0;
       for (int64_t t = 0; t < tokens(); ++t) maximum = std::max(maximum, magnitude_bits(v[t * kD + c]));
-      v_scale[c] = bits_float(maximum) / kE4m3Max;
+      v_scale[c] = e4m3_scale(maximum);
     }
     uint8_t* v8 = out.v8 + size_t(entry) * kD * layout.padded_tokens;
     std::memset(v8, 0, size_t(kD) * layout.padded_tokens);

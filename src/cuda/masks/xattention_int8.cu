@@ -18,9 +18,8 @@
 namespace wavealign::cuda::masks {
 namespace {
 
-using quantize_rules::bits_float;
+using quantize_rules::int8_scale;
 using quantize_rules::inverse_of;
-using quantize_rules::kInt8Max;
 using quantize_rules::magnitude_bits;
 using quantize_rules::quantize_int8;
 
@@ -60,7 +59,7 @@ __global__ void __launch_bounds__(kKeyThreads)
     top = max(top, magnitude_bits(x));
   }
   top = block_reduce(top, 0u, MaxOp{}, scratch);
-  const float scale = bits_float(top) / kInt8Max;
+  const float scale = int8_scale(top);
   const float inverse = inverse_of(scale);
   int8_t* out = codes + first * head_dim;
   for (int e = threadIdx.x; e < count; e += blockDim.x) {
@@ -86,7 +85,7 @@ __global__ void __launch_bounds__(kQueryThreads)
     top = max(top, magnitude_bits(value_at<true>(q, token_stride, tokens, type, last - e / head_dim, e % head_dim,
                                                  check, m)));
   top = warp_reduce(top, MaxOp{});
-  const float scale = bits_float(top) / kInt8Max;
+  const float scale = int8_scale(top);
   const float inverse = inverse_of(scale);
   int8_t* out = codes + i * width;
   for (int e = lane; e < width; e += 32)

@@ -15,9 +15,8 @@
 namespace wavealign::cuda::quantize {
 namespace {
 
-using quantize_rules::bits_float;
+using quantize_rules::int8_scale;
 using quantize_rules::inverse_of;
-using quantize_rules::kInt8Max;
 using quantize_rules::magnitude_bits;
 constexpr int kD = kQuantizedHeadDim;
 constexpr int kBlock = kQuantizedKvBlock;
@@ -72,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
         sum += __shfl_xor_sync(kAllLanes, sum, width);
       }
       if (!valid) continue;
-      const float row_scale = bits_float(maximum) / kInt8Max;
+      const float row_scale = int8_scale(maximum);
       const size_t row = size_t(e) * size_t(tokens) + size_t(t);
       *reinterpret_cast<uint4*>(q8 + row * kD + first_channel) = quantize_int8x16(x, inverse_of(row_scale));
       if (lane == 0) {
@@ -113,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     __syncthreads();
 #pragma unroll
     for (int w = 0; w < kThreads / 32; ++w) maximum = max(maximum, warp_maxima[w]);
-    const float block_scale = bits_float(maximum) / kInt8Max;
+    const float block_scale = int8_scale(maximum);
     const float inverse = inverse_of(block_scale);
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {

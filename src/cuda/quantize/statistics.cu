@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t* partial = maxima + entry * chunks * kD + c;
     uint32_t maximum = 0;
     for (int chunk = 0; chunk < chunks; ++chunk) maximum = max(maximum, partial[size_t(chunk) * kD]);
-    v_scale[entry * kD + c] = quantize_rules::bits_float(maximum) / quantize_rules::kE4m3Max;
+    v_scale[entry * kD + c] = quantize_rules::e4m3_scale(maximum);
   }
 }
 
