@@ -592,39 +592,36 @@ TEST(MaskGenerator, RunFollowsTheCallersStreamOrder) {
   WA_CUDA_OK(cudaStreamDestroy(created));
 }
 
-TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
-  WA_REQUIRE_GPU();
-  // Segments past 65,536 values take the radix form over many thread blocks: few distinct values (ties split
-  // at the boundary; every warp's lanes share digits), and values spread over 20 octaves (a warp's lanes fall
-  // into many digits, some shared), every rule, targets against the segment total and a fixed mass, the count
-  // adjustment. Both kinds are exact in the 2^-40 mass units and in double sums.
-  constexpr int kSegments = 3;
-  constexpr int64_t kLength = 150001;
+/// Every selection rule on `segments` segments of `length` values against the sorted rules on the host: few
+/// distinct values (ties split at the boundary; every warp's lanes share digits), and values spread over 20
+/// octaves (a warp's lanes fall into many digits, some shared), targets against the segment total and a fixed
+/// mass, the count adjustment. Both kinds are exact in the 2^-40 mass units and in double sums.
+void expect_sorted_rules(int segments, int64_t length) {
   for (const bool spread : {false, true}) {
     std::mt19937 rng(77);
-    std::vector<float> values(size_t(kSegments) * kLength);
+    std::vector<float> values(size_t(segments) * length);
     for (float& value : values)
       value = spread ? std::ldexp(float(1 + rng() % 1023), -int(10 + rng() % 21))  // m 2^-e, e in 10..30
                      : float(rng() % 64) / 4096.0f;                               // multiples of 2^-12
     SCOPED_TRACE(spread ? "values over 20 octaves" : "64 distinct values");
     const DeviceBuffer device_values = testing::upload(values);
-    DeviceBuffer flags(values.size()), counts(kSegments * sizeof(int64_t));
-    DeviceBuffer scratch(masks::select_scratch_bytes(kSegments, kLength));
+    DeviceBuffer flags(values.size()), counts(segments * sizeof(int64_t));
+    DeviceBuffer scratch(std::max<size_t>(1, masks::select_scratch_bytes(segments, length)));
     struct RuleCase {
       masks::SelectRule rule;
       double fraction, fixed_total;
       int64_t count, add;
     };
-    const std::vector<RuleCase> cases{{masks::SelectRule::kTopCount, 0, 0, 4321, 0},
-                                      {masks::SelectRule::kTopCount, 0, 0, 100000, 0},
+    const std::vector<RuleCase> cases{{masks::SelectRule::kTopCount, 0, 0, length / 35, 0},
+                                      {masks::SelectRule::kTopCount, 0, 0, 2 * length / 3, 0},
                                       {masks::SelectRule::kWithinMass, 0.3, 0, 0, 0},
                                       {masks::SelectRule::kWithinMass, 0.6, 0, 0, 1},
                                       {masks::SelectRule::kReachMass, 0.9, 0, 0, 0},
-                                      {masks::SelectRule::kWithinMass, 0.5, 1000, 0, 0},
+                                      {masks::SelectRule::kWithinMass, 0.5, double(length) / 150, 0, 0},
                                       {masks::SelectRule::kWithinMass, 0.5, 1e9, 0, 0}};
     for (const RuleCase& c : cases) {
       masks::SelectParams params =
-          masks::row_selection(device_values.as<float>(), kSegments, kLength, flags.as<uint8_t>());
+          masks::row_selection(device_values.as<float>(), segments, length, flags.as<uint8_t>());
       params.rule = c.rule;
       params.fraction = c.fraction;
       params.fixed_total = c.fixed_total;
@@ -636,11 +633,11 @@ TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
       masks::launch_select(params, nullptr);
       WA_CUDA_OK(cudaDeviceSynchronize());
       std::vector<uint8_t> got(values.size());
-      std::vector<int64_t> got_counts(kSegments);
+      std::vector<int64_t> got_counts(segments);
       cudaMemcpy(got.data(), flags.get(), got.size(), cudaMemcpyDeviceToHost);
-      cudaMemcpy(got_counts.data(), counts.get(), kSegments * sizeof(int64_t), cudaMemcpyDeviceToHost);
-      for (int segment = 0; segment < kSegments; ++segment) {
-        const std::vector<double> wide(values.begin() + segment * kLength, values.begin() + (segment + 1) * kLength);
+      cudaMemcpy(got_counts.data(), counts.get(), segments * sizeof(int64_t), cudaMemcpyDeviceToHost);
+      for (int segment = 0; segment < segments; ++segment) {
+        const std::vector<double> wide(values.begin() + segment * length, values.begin() + (segment + 1) * length);
         const std::vector<int64_t> order = methods::descending_order(wide);
         double total = 0;
         for (double value : wide) total += value;
@@ -648,14 +645,30 @@ TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
         int64_t count = c.count;
         if (c.rule == masks::SelectRule::kWithinMass) count = methods::count_within(wide, order, target);
         if (c.rule == masks::SelectRule::kReachMass) count = methods::count_reaching(wide, order, target);
-        count = std::min(count + c.add, kLength);
+        count = std::min(count + c.add, length);
         EXPECT_EQ(got_counts[segment], count) << "rule " << int(c.rule) << " segment " << segment;
-        std::vector<uint8_t> expected(size_t(kLength), 0);
+        std::vector<uint8_t> expected(size_t(length), 0);
         for (int64_t p = 0; p < count; ++p) expected[size_t(order[p])] = 1;
-        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + segment * kLength))
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + segment * length))
             << "rule " << int(c.rule) << " fraction " << c.fraction << " segment " << segment;
       }
     }
+  }
+}
+
+TEST(MaskSelection, LongSegmentsMatchTheSortedRules) {
+  WA_REQUIRE_GPU();
+  // Segments past 65,536 values take the radix form over many thread blocks.
+  expect_sorted_rules(3, 150001);
+}
+
+TEST(MaskSelection, ShortSegmentsMatchTheSortedRules) {
+  WA_REQUIRE_GPU();
+  // One thread block per segment: keys and mass units staged (XAttention's 2,841 key blocks at 401 frames, and
+  // the longest such), the values staged, and values re-read from global memory.
+  for (const int64_t length : {int64_t(2841), int64_t(4000), int64_t(4001), int64_t(8192), int64_t(20000)}) {
+    SCOPED_TRACE("segments of " + std::to_string(length) + " values");
+    expect_sorted_rules(5, length);
   }
 }
 

@@ -23,27 +23,48 @@ using methods::order_key;
 using methods::Tally;
 
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
-// Segments up to this length are staged in shared memory (32 KiB) and read from there by every step; longer
-// ones (MInference's 2L - 1 diagonals, FlexPrefill's query-aware map) are re-read from global memory.
+// Segments up to kPrecomputedValues long are staged in shared memory as each value's order key and mass units
+// (12 bytes a value, 34 KB for XAttention's 2,841 key blocks at 363,600 tokens), which every bisection step then reads as they
+// are; up to kStagedValues as the values (32 KiB); longer ones (MInference's 2L - 1 diagonals, FlexPrefill's
+// query-aware map) are re-read from global memory. A step costs a load, a compare and an add per value instead
+// of also the key's bit twiddle and the fp32 -> u64 conversion of its mass, ~35 times per segment.
+constexpr int kPrecomputedValues = 4000;
 constexpr int kStagedValues = 8192;
+// Dynamic shared memory of a launch over segments of `length` values.
+constexpr size_t precomputed_bytes(int64_t length) {
+  return size_t(length) * (sizeof(unsigned long long) + sizeof(uint32_t));
+}
+size_t select_shared_bytes(int64_t length) {
+  if (length <= kPrecomputedValues) return precomputed_bytes(length);
+  return length <= kStagedValues ? size_t(length) * sizeof(float) : 0;
+}
+constexpr int kScratchEntries = 128;  // block_sum2's two sets
+// Within the 48 KiB a block gets without opting in, beside the static scratch.
+static_assert(precomputed_bytes(kPrecomputedValues) + kScratchEntries * sizeof(unsigned long long) <= 48 * 1024 &&
+                  kStagedValues * sizeof(float) + kScratchEntries * sizeof(unsigned long long) <= 48 * 1024,
+              "a staged segment and the scratch fit 48 KiB");
 
-// Sum of two counters over the block, returned to every thread (fixed tree; begins with a barrier so that
-// consecutive calls may share `scratch`, 64 entries).
-__device__ inline void block_sum2(unsigned long long& a, unsigned long long& b, unsigned long long* scratch) {
+// Sum of two counters over the block, returned to every thread (fixed tree). `scratch` holds two sets of 64
+// entries used in turn (parity flips every call): a call writes the set that the call before the previous one
+// read, and every thread has passed the previous call's barrier only after finishing those reads, so one
+// barrier a call suffices.
+__device__ inline void block_sum2(unsigned long long& a, unsigned long long& b, unsigned long long* scratch,
+                                  int& parity) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     a += __shfl_xor_sync(kFullWarp, a, offset);
     b += __shfl_xor_sync(kFullWarp, b, offset);
   }
-  __syncthreads();
+  unsigned long long* set = scratch + 64 * parity;
+  parity ^= 1;
   if (lane == 0) {
-    scratch[warp] = a;
-    scratch[32 + warp] = b;
+    set[warp] = a;
+    set[32 + warp] = b;
   }
   __syncthreads();
-  a = lane < warps ? scratch[lane] : 0ull;
-  b = lane < warps ? scratch[32 + lane] : 0ull;
+  a = lane < warps ? set[lane] : 0ull;
+  b = lane < warps ? set[32 + lane] : 0ull;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     a += __shfl_xor_sync(kFullWarp, a, offset);
@@ -51,30 +72,60 @@ __device__ inline void block_sum2(unsigned long long& a, unsigned long long& b, 
   }
 }
 
-// 1024 threads for long segments: at most 64 registers per thread.
-__global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
-  __shared__ float staged[kStagedValues];
-  __shared__ unsigned long long scratch[64];
+// kPrecomputed: segments of at most kPrecomputedValues, 256 threads. Else 1024 threads for long segments (at
+// most 64 registers per thread), 256 for those staged as values.
+template <bool kPrecomputed>
+__global__ void __launch_bounds__(kPrecomputed ? 256 : 1024) select_kernel(SelectParams params) {
+  extern __shared__ unsigned long long staged_memory[];
+  __shared__ unsigned long long scratch[kScratchEntries];
+  int parity = 0;
   const int segment = blockIdx.x;
   const int64_t length = params.length;
   const float* values = params.values + int64_t(segment) * params.value_stride;
-  if (length <= kStagedValues) {
+  unsigned long long* units = staged_memory;                               // [length] when precomputed
+  uint32_t* keys = reinterpret_cast<uint32_t*>(staged_memory + length);  // [length] when precomputed
+  if constexpr (kPrecomputed) {
+    for (int64_t i = threadIdx.x; i < length; i += blockDim.x) {
+      const float value = values[i];
+      keys[i] = order_key(value);
+      units[i] = methods::mass_units(value);
+    }
+    __syncthreads();
+  } else if (length <= kStagedValues) {
+    float* staged = reinterpret_cast<float*>(staged_memory);
     for (int64_t i = threadIdx.x; i < length; i += blockDim.x) staged[i] = values[i];
     __syncthreads();
     values = staged;
   }
+  auto key_at = [&](int64_t i) {
+    if constexpr (kPrecomputed) {
+      return keys[i];
+    } else {
+      return order_key(values[i]);
+    }
+  };
   // Tallies over the whole segment; every thread gets the block's result.
   auto at_least = [&](uint32_t key, bool with_mass) {
     unsigned long long mass = 0, count = 0;
+    if constexpr (kPrecomputed) {
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < length; i += blockDim.x) {
-      const float value = values[i];
-      if (order_key(value) >= key) {
-        ++count;
-        if (with_mass) mass += methods::mass_units(value);
+      for (int64_t i = threadIdx.x; i < length; i += blockDim.x) {
+        if (keys[i] >= key) {
+          ++count;
+          if (with_mass) mass += units[i];
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < length; i += blockDim.x) {
+        const float value = values[i];
+        if (order_key(value) >= key) {
+          ++count;
+          if (with_mass) mass += methods::mass_units(value);
+        }
       }
     }
-    block_sum2(mass, count, scratch);
+    block_sum2(mass, count, scratch, parity);
     return Tally{mass, count};
   };
   auto count_at_least = [&](uint32_t key) { return at_least(key, false).count; };
@@ -109,13 +160,13 @@ __global__ void __launch_bounds__(1024) select_kernel(SelectParams params) {
   auto ties_below = [&](int64_t index) {
     unsigned long long ties = 0, unused = 0;
     const int64_t end = index < length ? index : length;
-    for (int64_t i = threadIdx.x; i < end; i += blockDim.x) ties += order_key(values[i]) == boundary.key;
-    block_sum2(ties, unused, scratch);
+    for (int64_t i = threadIdx.x; i < end; i += blockDim.x) ties += key_at(i) == boundary.key;
+    block_sum2(ties, unused, scratch, parity);
     return ties;
   };
   const int64_t last_tie = methods::last_kept_tie(ties_below, length, boundary);
   for (int64_t i = threadIdx.x; i < limit; i += blockDim.x)
-    if (methods::kept(boundary, last_tie, i, order_key(values[i]))) flags[i] = 1;
+    if (methods::kept(boundary, last_tie, i, key_at(i))) flags[i] = 1;
 }
 
 // ---- long segments: the radix form, many thread blocks per segment ----
@@ -445,8 +496,12 @@ void launch_select(const SelectParams& params, cudaStream_t stream) {
   }
   // Short rows: 256 threads (11 values each at 2,841 blocks); long segments: 1024 threads for memory
   // parallelism, since only a few such blocks run at once.
-  const int threads = params.length <= kStagedValues ? 256 : 1024;
-  select_kernel<<<params.segments, threads, 0, stream>>>(params);
+  const size_t shared = select_shared_bytes(params.length);
+  if (params.length <= kPrecomputedValues) {
+    select_kernel<true><<<params.segments, 256, shared, stream>>>(params);
+  } else {
+    select_kernel<false><<<params.segments, params.length <= kStagedValues ? 256 : 1024, shared, stream>>>(params);
+  }
   WA_CUDA_CHECK(cudaGetLastError());
 }
 
