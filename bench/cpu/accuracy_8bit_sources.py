@@ -2,8 +2,9 @@
 arithmetic in PyTorch on the CPU (INT8 Q per row and K minus its mean per block of keys, the online softmax's
 running maximum per 128-key block, P scaled to 448 and rounded to e4m3, V per channel in e4m3), against the
 fp64 attention of the same bf16 inputs, on sampled query rows of the synthetic workload's Wan2.1-14B heads or of
-Gaussian q, k, v at 363,600 tokens (dense). Each variant makes one part exact, changes K's scale granularity
-(`--kblocks`: keys per K scale; the kernel's is 128), or multiplies P and V as integers (P as u8 with 255 at the
+Gaussian q, k, v at 363,600 tokens (dense). Each variant makes one part exact (Q.K, Q, K, P, V), changes K's
+scale granularity (`--kblocks`: keys per K scale; the kernel's is 128) or its smoothing (each block's own mean)
+or adds the codes of K's residual, or multiplies P and V as integers (P as u8 with 255 at the
 running maximum, V as s8 per channel: the other 8-bit operand pair Hopper's tensor cores take). The model's
 cosine for the kernel's own rule equals the one measured on the GPU for the same synthetic rows
 (bench/gpu/accuracy_8bit.py) to 1e-5, so the variants say what a change of the rule would give before the kernel
@@ -11,7 +12,7 @@ is changed. It is not the kernel's emulation (reference_attention_8bit, which th
 here run in float64 where the kernel's order is fixed.
 
     python3 bench/cpu/accuracy_8bit_sources.py [--inputs wan gaussian] [--heads 0 1 2 3] [--rows 2048]
-        [--kblocks 128 16 8 1] [--emulation-blocks 16]
+        [--kblocks 128 16 8 1] [--emulation-blocks 16] [--variants NAME ...] [--out FILE]
 
 --emulation-blocks N adds the row "emulation": the kernel's exact emulation as this build has it
 (reference_attention_8bit through wavealign._core, the host quantizer's codes) on N query blocks of 128 rows,
@@ -49,22 +50,46 @@ def reference_attention(q, k, v, rows):
     return torch.softmax((q[rows].double() @ k.double().T) / math.sqrt(k.shape[1]), -1) @ v.double()
 
 
-def attention(q, k, v, rows, *, int8_qk=True, fp8_p=True, fp8_v=True, integer_pv=False, kblock=KV_BLOCK):
+def int8_blocks(x: torch.Tensor, kblock: int) -> torch.Tensor:
+    """x [tokens, d] in INT8 codes with one scale per `kblock` rows (max |x| / 127), as the values they stand for."""
+    tokens, d = x.shape
+    groups = -(-tokens // kblock)
+    padded = torch.nn.functional.pad(x, (0, 0, 0, groups * kblock - tokens)).view(groups, kblock, d)
+    scale = padded.abs().amax((1, 2), keepdim=True) / 127
+    codes = torch.clamp(torch.round(padded / torch.where(scale > 0, scale, 1)), -127, 127)
+    return (codes * scale).view(-1, d)[:tokens]
+
+
+def attention(q, k, v, rows, *, int8_qk=True, fp8_p=True, fp8_v=True, integer_pv=False, kblock=KV_BLOCK,
+              exact_q=False, exact_k=False, k_block_mean=False, k_residual=False):
     """O of query rows `rows` under the modelled arithmetic, [rows, d]. integer_pv: P as u8 (255 at the running
-    maximum) and V as s8 per channel, the integer alternative to e4m3 on Hopper's tensor cores."""
+    maximum) and V as s8 per channel, the integer alternative to e4m3 on Hopper's tensor cores. The K side's
+    alternatives: exact_q / exact_k leave one operand of Q.K unquantized; k_block_mean subtracts each 128-key
+    block's own mean instead of the sequence's (the logits then need q . mean per row and block, added exactly
+    here); k_residual adds the INT8 codes of what K's codes leave over, per block with their own scale (a second
+    INT8 product, ~15 bits of K)."""
     tokens, d = k.shape
     scale = 1.0 / math.sqrt(d)
     q_rows = q[rows]
     if int8_qk:
         q_scale = q_rows.abs().amax(1, keepdim=True) / 127
-        q8 = torch.clamp(torch.round(q_rows / q_scale), -127, 127)
+        q_used = q_rows if exact_q else torch.clamp(torch.round(q_rows / q_scale), -127, 127) * q_scale
         smoothed = k - k.mean(0, keepdim=True)
-        groups = -(-tokens // kblock)
-        padded = torch.nn.functional.pad(smoothed, (0, 0, 0, groups * kblock - tokens)).view(groups, kblock, d)
-        k_scale = padded.abs().amax((1, 2)) / 127
-        k8 = torch.clamp(torch.round(padded / k_scale[:, None, None]), -127, 127).view(-1, d)[:tokens]
-        products = (q8.double() @ k8.double().T).float()
-        logits = products * (q_scale * k_scale.repeat_interleave(kblock)[:tokens][None, :]) * (scale * LOG2E)
+        correction = None
+        if k_block_mean:
+            groups = -(-tokens // KV_BLOCK)
+            padded = torch.nn.functional.pad(smoothed, (0, 0, 0, groups * KV_BLOCK - tokens)).view(groups, KV_BLOCK, d)
+            counts = torch.clamp(tokens - KV_BLOCK * torch.arange(groups), max=KV_BLOCK).to(torch.float32)
+            means = (padded.sum(1) / counts[:, None]).repeat_interleave(KV_BLOCK, 0)[:tokens]
+            smoothed = smoothed - means
+            correction = q_rows.double() @ means.double().T
+        k_used = smoothed if exact_k else int8_blocks(smoothed, kblock)
+        if k_residual and not exact_k:
+            k_used = k_used + int8_blocks(smoothed - k_used, kblock)
+        products = q_used.double() @ k_used.double().T
+        if correction is not None:
+            products = products + correction
+        logits = (products * (scale * LOG2E)).float()
     else:
         logits = (q_rows.double() @ k.double().T * (scale * LOG2E)).float()
     blocks = -(-tokens // KV_BLOCK)
@@ -131,12 +156,22 @@ def main() -> int:
     parser.add_argument("--kblocks", type=int, nargs="+", default=[128, 16, 8, 1])
     parser.add_argument("--emulation-blocks", type=int, default=0,
                         help="query blocks for the build's exact emulation (0: none)")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                        help="run only these variants (their names as printed; default: all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=str(result_record.ROOT / "bench/results/cpu-accuracy-8bit-sources.json"))
     args = parser.parse_args()
-    variants = {"kernel rule": {}, "exact Q.K": {"int8_qk": False}, "exact P and V": {"fp8_p": False, "fp8_v": False},
+    variants = {"kernel rule": {}, "exact Q.K": {"int8_qk": False}, "exact Q": {"exact_q": True},
+                "exact K": {"exact_k": True}, "K minus its block's mean": {"k_block_mean": True},
+                "K plus its residual's codes": {"k_residual": True},
+                "exact P and V": {"fp8_p": False, "fp8_v": False},
                 "exact P": {"fp8_p": False}, "exact V": {"fp8_v": False}, "P u8 and V s8": {"integer_pv": True}}
     variants.update({f"K scale per {n} keys": {"kblock": n} for n in args.kblocks if n != KV_BLOCK})
+    if args.variants is not None:
+        unknown = [name for name in args.variants if name not in variants]
+        if unknown:
+            parser.error(f"--variants: {', '.join(map(repr, unknown))} not among {', '.join(map(repr, variants))}")
+        variants = {name: variants[name] for name in args.variants}
     tokens = math.prod(args.grid)
     records = []
 
@@ -173,7 +208,8 @@ def main() -> int:
     command = (f"python3 bench/cpu/accuracy_8bit_sources.py --inputs {' '.join(args.inputs)} "
                f"--grid {' '.join(map(str, args.grid))} "
                f"--heads {' '.join(map(str, args.heads))} --rows {args.rows} "
-               f"--kblocks {' '.join(map(str, args.kblocks))} --emulation-blocks {args.emulation_blocks}")
+               f"--kblocks {' '.join(map(str, args.kblocks))} --emulation-blocks {args.emulation_blocks}"
+               + ("" if args.variants is None else " --variants " + " ".join(f"'{name}'" for name in args.variants)))
     result_record.write(args.out, result_record.make(result_record.cpu_model(), command, variants=records,
                                                      worst_head_cos_sim=worst))
     for source, by_name in worst.items():

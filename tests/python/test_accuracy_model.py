@@ -42,7 +42,7 @@ def test_the_model_of_the_kernel_rule_agrees_with_the_exact_emulation(record, so
 
 
 @pytest.mark.parametrize("source", ["wan", "gaussian"])
-@pytest.mark.parametrize("variant", ["exact Q.K", "exact P and V"])
+@pytest.mark.parametrize("variant", ["exact Q.K", "exact K", "K plus its residual's codes", "exact P and V"])
 def test_making_a_part_exact_comes_closer_to_fp64(record, source, variant):
     assert cosine(record, source, variant) > cosine(record, source, "kernel rule")
 
@@ -51,3 +51,17 @@ def test_the_record_is_a_result_record_naming_its_command(record):
     result_record.check(record, "record.json")
     assert "--grid 3 8 16" in record["command"] and "--inputs wan gaussian" in record["command"]
     assert set(record["worst_head_cos_sim"]) == {"wan", "gaussian"}
+
+
+def test_variants_can_be_chosen_and_an_unknown_one_is_refused_by_name(tmp_path):
+    script = str(ROOT / "bench/cpu/accuracy_8bit_sources.py")
+    small = ["--grid", "1", "8", "16", "--heads", "0", "--rows", "16", "--kblocks", "128"]
+    out = tmp_path / "chosen.json"
+    subprocess.run([sys.executable, script, *small, "--variants", "kernel rule", "exact K", "--out", str(out)],
+                   check=True, capture_output=True, text=True)
+    chosen = json.loads(out.read_text())
+    assert {row["variant"] for row in chosen["variants"]} == {"kernel rule", "exact K"}
+    assert "--variants 'kernel rule' 'exact K'" in chosen["command"]
+    refused = subprocess.run([sys.executable, script, *small, "--variants", "exact Z", "--out", str(out)],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "--variants: 'exact Z' not among" in refused.stderr
