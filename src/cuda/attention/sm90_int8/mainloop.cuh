@@ -295,17 +295,20 @@ struct Mainloop {
     softmax.reset();
     clear(tOrO);
 
-    // S of the block in `stage`: Q K8^T, and with K's residual codes 254 Q K8^T + Q R8^T (exact in int32), the
-    // second GEMM accumulating onto the first once it has drained and been scaled by 254. Nothing else is in
-    // flight when it is called, so the wait drains S alone.
+    // S of the block in `stage`: Q K8^T, and with K's residual codes 254 Q K8^T + Q R8^T (exact in int32): both
+    // GEMMs back to back into two accumulators, drained, and combined. Nothing else is in flight when it is
+    // called (the P V product of the block before is issued after it), so the wait drains S alone.
+    Tensor tSrResidual = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));
     auto issue_scores = [&](int stage) {
       sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       if constexpr (Traits::kKResidual) {
+        sm90::gemm_async<true>(mma_qk, tSrQ, tSrR(_, _, _, stage), tSrResidual);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
+        warpgroup_fence_operand(tSrResidual);
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= int32_t(quantize_rules::kKResidualUnits);
-        sm90::gemm_async<false>(mma_qk, tSrQ, tSrR(_, _, _, stage), tSrS);
+        for (int i = 0; i < size(tSrS); ++i)
+          tSrS(i) = tSrS(i) * int32_t(quantize_rules::kKResidualUnits) + tSrResidual(i);
       }
     };
 
