@@ -8,11 +8,11 @@
 //                   [--order original|concurrent-heads|s1|s2|wavealign|shuffled] [--wave-size W]
 //                   [--traversal ascending|sawtooth] [--path auto|sm90|sm80] [--warmup 2] [--warmup-ms 0]
 //                   [--iters 10] [--cold-l2] [--seed 1] [--json] [--save-mask FILE.npy] [--save-perm FILE.npy]
-//                   [--variants default,NAME,...] [--rounds 1] [--precision native|int8|int8_k16]
+//                   [--variants default,NAME,...] [--rounds 1] [--precision native|int8]
 //
-// --precision int8 (or int8_k16) times the 8-bit path three ways on the same inputs: the whole call ("int8",
-// quantization included), the quantization alone ("int8-quantize") and the kernel alone on the quantized
-// operands ("int8-kernel"); each line carries "precision", "part" and "includes_quantization". The effective rate counts the
+// --precision int8 times the 8-bit path three ways on the same inputs: the whole call ("int8", quantization
+// included), the quantization alone ("int8-quantize") and the kernel alone on the quantized operands
+// ("int8-kernel"); each line carries "part" and "includes_quantization". The effective rate counts the
 // attention's 4 * Bq * Bk * d * nnz_blocks operations in every part (the quantization's own line reads its time).
 //
 // --json prints one JSON object per run (the fields of bench/results/h200-attention.json); --save-mask and
@@ -126,12 +126,12 @@ std::vector<std::string> split_names(const std::string& list) {
 struct Contender {
   std::string name;
   const bench::KernelVariant* variant = nullptr;
-  bool quantize = true;  // an 8-bit precision: which parts of the call run
+  bool quantize = true;  // precision int8: which parts of the call run
   bool attend = true;
 };
 
 std::vector<Contender> contenders(const Options& o, const cuda::Support& support) {
-  if (cuda::is_8bit(o.precision)) {
+  if (o.precision == cuda::Precision::kInt8) {
     if (!o.variants.empty()) throw std::invalid_argument("--variants times the bf16/fp16 kernel's tuning variants");
     return {Contender{"int8", nullptr, true, true}, Contender{"int8-quantize", nullptr, true, false},
             Contender{"int8-kernel", nullptr, false, true}};
@@ -346,7 +346,7 @@ int run(const Options& o) {
     if (o.cold_l2) WA_BENCH_CUDA(cudaMemsetAsync(flush, launches & 0xFF, flush_bytes, stream));
     ++launches;
     WA_BENCH_CUDA(cudaEventRecord(start, stream));
-    if (cuda::is_8bit(o.precision)) {
+    if (o.precision == cuda::Precision::kInt8) {
       cuda::detail::sparse_attention_int8_parts(args, workspace, stream, contender.quantize, contender.attend);
     } else if (contender.variant == nullptr) {
       cuda::sparse_attention(args, workspace, stream);
@@ -395,12 +395,10 @@ int run(const Options& o) {
         std::snprintf(variant_json, sizeof(variant_json), "\"variant\": \"%s\", \"round\": %d, ",
                       contender.name.c_str(), round);
       }
-      if (cuda::is_8bit(o.precision)) {
-        const std::string precision(to_string(o.precision));
-        std::snprintf(variant_text, sizeof(variant_text), "precision=%s part=%s ", precision.c_str(),
-                      contender.name.c_str());
+      if (o.precision == cuda::Precision::kInt8) {
+        std::snprintf(variant_text, sizeof(variant_text), "precision=int8 part=%s ", contender.name.c_str());
         std::snprintf(variant_json, sizeof(variant_json),
-                      "\"precision\": \"%s\", \"part\": \"%s\", \"includes_quantization\": %s, ", precision.c_str(),
+                      "\"precision\": \"int8\", \"part\": \"%s\", \"includes_quantization\": %s, ",
                       contender.name.c_str(), contender.quantize ? "true" : "false");
       }
       if (!o.json) std::printf(

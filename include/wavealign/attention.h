@@ -42,14 +42,9 @@ enum class ElementType { kBf16, kFp16 };
 /// The arithmetic of a call. kNative: the inputs' 16-bit type (bf16 or fp16) on the tensor cores. kInt8: Q and K
 /// quantized to INT8 (Q per row, K per 128-key block after subtracting its mean over the sequence), P and V to
 /// FP8 e4m3 (V per channel), S on INT8 and P V on FP8 tensor cores, every block's P V added into O in fp32;
-/// the quantization of q, k, v is part of the call (docs/kernel-8bit.md). kInt8K16: kInt8 with K carried in two
-/// INT8 codes, its block code and the code of what that leaves over at 1/254 of the block scale (~16 bits of
-/// K; S = 254 q8 . k8 + q8 . r8, a second INT8 product per block): the accuracy of the sharp heads' scores, at
-/// the cost docs/kernel-8bit.md measures. Both run on sm_90 at head_dim 128 with 128 x 128 blocks.
-enum class Precision { kNative, kInt8, kInt8K16 };
-
-/// Whether `precision` runs the 8-bit kernel (its quantization is part of the call).
-constexpr bool is_8bit(Precision precision) { return precision != Precision::kNative; }
+/// the quantization of q, k, v is part of the call (docs/kernel-8bit.md). kInt8 runs on sm_90 at head_dim 128
+/// with 128 x 128 blocks.
+enum class Precision { kNative, kInt8 };
 
 /// Which kernel family may run. kAuto picks the Hopper kernel (TMA + wgmma, warp-specialized) on sm_90 and
 /// the portable mma.sync kernel on sm_80/86/89; kSm80 forces the portable kernel (it also runs on sm_90).
@@ -149,8 +144,7 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
 namespace wavealign {
 // The spellings of the CLI/bench flags, test names and the kernel names of query_support.
 WA_ENUM_NAMES(cuda::ElementType, "dtype", {cuda::ElementType::kBf16, "bf16"}, {cuda::ElementType::kFp16, "fp16"});
-WA_ENUM_NAMES(cuda::Precision, "precision", {cuda::Precision::kNative, "native"}, {cuda::Precision::kInt8, "int8"},
-              {cuda::Precision::kInt8K16, "int8_k16"});
+WA_ENUM_NAMES(cuda::Precision, "precision", {cuda::Precision::kNative, "native"}, {cuda::Precision::kInt8, "int8"});
 WA_ENUM_NAMES(cuda::KernelPath, "kernel", {cuda::KernelPath::kAuto, "auto"}, {cuda::KernelPath::kSm90, "sm90"},
               {cuda::KernelPath::kSm80, "sm80"});
 }  // namespace wavealign

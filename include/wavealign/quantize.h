@@ -38,15 +38,12 @@ struct QuantizedLayout {
   int head_dim = 0;
   int kv_blocks = 0;          // ceil(tokens / 128)
   int64_t padded_tokens = 0;  // kv_blocks * 128: the length of V's rows
-  bool k_residual = false;    // k8_residual is part of the buffer (Precision::kInt8K16)
   int entries() const { return batch * heads; }
 
   QuantizedRegion q8;         // int8 [entries, tokens, 128], in [-127, 127]: q ~ q8 * q_scale of its row
   QuantizedRegion q_scale;    // float [entries, tokens]: max |q| of the row / 127
   QuantizedRegion lse_shift;  // float [entries, tokens]: scale * q . k_mean, what the smoothing took off the LSE
   QuantizedRegion k8;         // int8 [entries, tokens, 128]: k - k_mean ~ k8 * k_scale of its block
-  QuantizedRegion k8_residual;  // int8 [entries, tokens, 128] when k_residual (else empty): what k8 leaves
-                                // over, k - k_mean ~ (k8 + k8_residual / 254) * k_scale
   QuantizedRegion k_scale;    // float [entries, kv_blocks]: max |k - k_mean| of the 128-key block / 127
   QuantizedRegion k_mean;     // float [entries, 128]: K's mean over the tokens, per channel
   QuantizedRegion v8;         // fp8 e4m3 bytes [entries, 128, padded_tokens], V transposed (channel rows):
@@ -59,10 +56,9 @@ struct QuantizedLayout {
   size_t workspace_bytes = 0;
 };
 
-/// The layout for these shapes; k_residual adds K's residual codes (Precision::kInt8K16). Throws InvalidArgument
-/// naming "batch", "heads", "tokens" (1 .. 2^31 - 1) or "head_dim" (128 only), or "batch" when the buffer would
-/// not fit a size_t.
-QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_dim, bool k_residual = false);
+/// The layout for these shapes. Throws InvalidArgument naming "batch", "heads", "tokens" (1 .. 2^31 - 1) or
+/// "head_dim" (128 only), or "batch" when the buffer would not fit a size_t.
+QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_dim);
 
 /// Typed pointers to the regions of one buffer of `layout` (host or device memory; nothing is read).
 struct QuantizedTensors {
@@ -70,7 +66,6 @@ struct QuantizedTensors {
   float* q_scale = nullptr;
   float* lse_shift = nullptr;
   int8_t* k8 = nullptr;
-  int8_t* k8_residual = nullptr;  // null unless the layout has k_residual
   float* k_scale = nullptr;
   float* k_mean = nullptr;
   uint8_t* v8 = nullptr;
@@ -123,7 +118,6 @@ struct QuantizeArgs {
   int head_dim = kQuantizedHeadDim;
   ElementType element_type = ElementType::kBf16;
   float scale = 0;  // softmax scale; 0 = 1/sqrt(head_dim)
-  bool k_residual = false;  // also write K's residual codes (Precision::kInt8K16; the layout's k_residual)
   int64_t head_stride = 0;
   int64_t token_stride = 0;
   int64_t q_batch_stride = 0;
@@ -134,8 +128,7 @@ struct QuantizeArgs {
 /// The quantization inputs of an attention call (its q, k, v, shapes, dtype, scale and strides).
 QuantizeArgs quantize_args(const SparseAttentionArgs& args);
 
-/// Quantizes q, k, v into `buffer` (device memory of quantized_layout(batch, heads, tokens, head_dim,
-/// k_residual).bytes,
+/// Quantizes q, k, v into `buffer` (device memory of quantized_layout(batch, heads, tokens, head_dim).bytes,
 /// 16-byte aligned), using `workspace` (device memory of that layout's workspace_bytes, any content).
 /// Asynchronous on `stream`: no host synchronization and no allocation, so it can be captured in a CUDA graph;
 /// deterministic (every run writes the same bits). Throws InvalidArgument naming the argument: "head_dim"

@@ -35,8 +35,8 @@ std::span<float> float_output(const OutArray& array, const char* argument) {
 // q, k, v, o: float32 [batch, heads, tokens, head_dim] or [heads, tokens, head_dim]; lse: float32 [batch,
 // heads, tokens] or [heads, tokens]. row_ptr covers mask_heads*q_blocks rows with mask_heads = heads (shared by
 // the batch), batch*heads or 1 (mask_heads_fit). schedule: int32 [batch*heads*q_blocks, 2] (head = b*heads + h, query block) or None.
-// precision kInt8 (kInt8K16: with K's residual codes): the 8-bit kernel's emulation (wavealign/quantize.h: the
-// host quantizer, then reference_attention_8bit) in place of the fp32 reference.
+// precision kInt8: the 8-bit kernel's emulation (wavealign/quantize.h: the host quantizer, then
+// reference_attention_8bit) in place of the fp32 reference.
 void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o,
                                 const OutArray& lse, const AnyArray& row_ptr, const AnyArray& col_idx, int q_block,
                                 int kv_block, float scale, const std::optional<AnyArray>& schedule,
@@ -90,11 +90,10 @@ void reference_attention_arrays(const AnyArray& q, const AnyArray& k, const AnyA
   const std::span<float> o_values = float_output(o, "o");
   const std::span<float> lse_values = float_output(lse, "lse");
   nb::gil_scoped_release unlocked;
-  if (cuda::is_8bit(precision)) {
-    WA_CHECK_ARG(q_block == kQuantizedKvBlock && kv_block == kQuantizedKvBlock, "block_size", "precision ",
-                 to_string(precision), " runs 128 x 128 blocks, got ", q_block, " x ", kv_block);
-    const QuantizedLayout layout = quantized_layout(shape.batch, shape.heads, shape.tokens, shape.head_dim,
-                                                    precision == cuda::Precision::kInt8K16);
+  if (precision == cuda::Precision::kInt8) {
+    WA_CHECK_ARG(q_block == kQuantizedKvBlock && kv_block == kQuantizedKvBlock, "block_size",
+                 "precision int8 runs 128 x 128 blocks, got ", q_block, " x ", kv_block);
+    const QuantizedLayout layout = quantized_layout(shape.batch, shape.heads, shape.tokens, shape.head_dim);
     std::vector<uint8_t> buffer(layout.bytes);
     quantize_reference(layout, q_values, k_values, v_values, scale, buffer.data());
     reference_attention_8bit(layout, buffer.data(), mask, scale, o_values, lse_values, order ? &*order : nullptr);
@@ -123,15 +122,14 @@ void bind_reference(nb::module_& module) {
       "reference_attention_8bit",
       [](const AnyArray& q, const AnyArray& k, const AnyArray& v, const OutArray& o, const OutArray& lse,
          const AnyArray& row_ptr, const AnyArray& col_idx, int q_block, int kv_block, float scale,
-         const std::optional<AnyArray>& schedule, bool k_residual) {
+         const std::optional<AnyArray>& schedule) {
         reference_attention_arrays(q, k, v, o, lse, row_ptr, col_idx, q_block, kv_block, scale, schedule,
-                                   k_residual ? cuda::Precision::kInt8K16 : cuda::Precision::kInt8);
+                                   cuda::Precision::kInt8);
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"), nb::arg("row_ptr"),
       nb::arg("col_idx"), nb::arg("q_block"), nb::arg("kv_block"), nb::arg("scale"),
-      nb::arg("schedule").none() = nb::none(), nb::arg("k_residual") = false,
-      "The 8-bit kernel's emulation (host quantizer, integer Q K^T, FP8 P and V) into o and lse; k_residual: "
-      "with K's residual codes (precision int8_k16).");
+      nb::arg("schedule").none() = nb::none(),
+      "The 8-bit kernel's emulation (host quantizer, integer Q K^T, FP8 P and V) into o and lse.");
   module.def(
       "synthetic_head_qkv",
       [](int latent_frames, int height_tokens, int width_tokens, int heads, int head_dim, int head, uint64_t seed) {

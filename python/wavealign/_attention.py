@@ -36,11 +36,8 @@ def sparse_attention(q: Any, k: Any, v: Any, plan: Plan, scale: float | None = N
         precision: "native" (the inputs' bf16/fp16 on the tensor cores) or "int8": q and k quantized to INT8
             (q per row, k per 128-key block after subtracting its mean over the sequence), P and v to FP8 e4m3,
             every block's P V added into O in fp32 (docs/kernel-8bit.md); the quantization runs in the call.
-            "int8_k16": "int8" with k carried in two INT8 codes (its block code and the residual's at 1/254 of
-            the block scale, ~16 bits; a second INT8 product per block), for the accuracy of sharply attending
-            heads at the speed docs/kernel-8bit.md measures. On CUDA the 8-bit Hopper kernel (sm_90, head_dim
-            128, 128 x 128 blocks); on the CPU the kernel's exact emulation (integer Q K^T, the same FP8
-            roundings) in place of the float32 reference.
+            On CUDA the 8-bit Hopper kernel (sm_90, head_dim 128, 128 x 128 blocks); on the CPU the kernel's
+            exact emulation (integer Q K^T, the same FP8 roundings) in place of the float32 reference.
 
     CUDA torch tensors (bf16/fp16) run the fused kernel on the current stream, the whole batch in one launch,
     without host synchronization. CPU tensors and numpy arrays run the CPU reference in float32; the output

@@ -157,18 +157,14 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_ptr: np.ndarray, 
 
     row_ptr covers mask_heads*MB rows (mask_heads = H, B*H or 1); schedule: int32 [B*H*MB, 2] (head = b*H + h)
     or None. precision "native": the float32 reference; "int8": the 8-bit kernel's emulation (the host quantizer,
-    then integer Q K^T and the FP8 roundings of P and V); "int8_k16": the same with K's residual codes. The C++
-    references check the CSR and the schedule.
+    then integer Q K^T and the FP8 roundings of P and V). The C++ references check the CSR and the schedule.
     """
     q32, k32, v32 = (np.ascontiguousarray(x, dtype=np.float32) for x in (q, k, v))
     o = np.empty(q32.shape, np.float32)
     lse = np.empty(q32.shape[:-1], np.float32)
-    order = None if schedule is None else np.ascontiguousarray(schedule, dtype=np.int32)
-    if precision == "native":
-        _core.reference_attention(q32, k32, v32, o, lse, row_ptr, col_idx, block_size[0], block_size[1], scale, order)
-    else:
-        _core.reference_attention_8bit(q32, k32, v32, o, lse, row_ptr, col_idx, block_size[0], block_size[1], scale,
-                                       order, k_residual=precision == "int8_k16")
+    run = _core.reference_attention_8bit if precision == "int8" else _core.reference_attention
+    run(q32, k32, v32, o, lse, row_ptr, col_idx, block_size[0], block_size[1], scale,
+        None if schedule is None else np.ascontiguousarray(schedule, dtype=np.int32))
     return o, lse
 
 
@@ -260,7 +256,7 @@ def _check_attention_inputs(torch: Any, q: Any, k: Any, v: Any, row_ptr: Any, co
 
 def attention_cpu(q: Any, k: Any, v: Any, row_ptr: Any, col_idx: Any, schedule: Any, mask_error: Any,
                   q_block: int, kv_block: int, scale: float, precision: str) -> tuple[Any, Any]:
-    """CPU torch tensors through the float32 reference (or, for an 8-bit precision, the 8-bit kernel's emulation);
+    """CPU torch tensors through the float32 reference (or, for precision "int8", the 8-bit kernel's emulation);
     O has q's dtype. A nonzero mask_error gives NaN, as the kernel does."""
     import torch
 

@@ -89,8 +89,7 @@ Implementation check_arguments(const SparseAttentionArgs& args) {
     return refused("scale", concat("must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", args.scale));
   if (args.traversal != Traversal::kAscending && args.traversal != Traversal::kSawtooth)
     return refused("traversal", concat("unknown value ", int(args.traversal)));
-  if (args.precision != Precision::kNative && args.precision != Precision::kInt8 &&
-      args.precision != Precision::kInt8K16)
+  if (args.precision != Precision::kNative && args.precision != Precision::kInt8)
     return refused("precision", concat("unknown value ", int(args.precision)));
 
   constexpr int64_t kElementBytes = 2;  // bf16 and fp16

@@ -73,24 +73,6 @@ WA_HOST_DEVICE inline float inverse_of(float scale) { return 1.0f / scale; }
 /// x * inverse_scale rounded to INT8. For scale 0 the product is 0 * inf = NaN, which converts to 0.
 WA_HOST_DEVICE inline int8_t quantize_int8(float x, float inverse_scale) { return round_to_int8(x * inverse_scale); }
 
-/// K's residual codes (Precision::kInt8K16) count in units of 1/254 of the block's scale: the block code leaves
-/// at most half a unit over, which is 127 residual units, so no residual code clamps (with 256 units, 0.4 % of
-/// them did, at an error of a whole unit). S = 254 q8 . k8 + q8 . r8 stays exact in int32 (at most
-/// 255 x 127^2 x 128 < 2^31).
-constexpr float kKResidualUnits = 254.0f;
-
-/// The residual code of x with inverse_scale: what the block code quantize_int8(x, inverse_scale) leaves over,
-/// in units of 1/254 of the scale. The product x * inverse_scale is rounded to float first (no fused multiply-
-/// add with the subtraction, which would give other bits on the device than on the host); y - code is exact.
-WA_HOST_DEVICE inline int8_t quantize_int8_residual(float x, float inverse_scale) {
-#if defined(__CUDA_ARCH__)
-  const float y = __fmul_rn(x, inverse_scale);
-#else
-  const float y = x * inverse_scale;
-#endif
-  return round_to_int8((y - static_cast<float>(round_to_int8(y))) * kKResidualUnits);
-}
-
 /// x rounded to e4m3, as cvt.rn.satfinite.e4m3x2.f32 does: round to nearest even; a magnitude of 448 or more
 /// (infinity included) saturates to +-448; NaN gives 0x7F whatever its sign; magnitudes up to 2^-10 give a
 /// zero of x's sign (2^-10 is the tie between 0 and the least subnormal 2^-9, and 0 is even).

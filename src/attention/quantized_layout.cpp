@@ -22,7 +22,7 @@ T* region_at(void* buffer, const QuantizedRegion& region) {
 
 }  // namespace
 
-QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_dim, bool k_residual) {
+QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_dim) {
   WA_CHECK_ARG(batch > 0, "batch", "must be > 0, got ", batch);
   WA_CHECK_ARG(heads > 0, "heads", "must be > 0, got ", heads);
   WA_CHECK_ARG(tokens > 0 && tokens <= INT_MAX, "tokens", "must be in 1..", INT_MAX, ", got ", tokens);
@@ -35,7 +35,6 @@ QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_
   layout.heads = heads;
   layout.tokens = tokens;
   layout.head_dim = head_dim;
-  layout.k_residual = k_residual;
   layout.kv_blocks = int((tokens + kQuantizedKvBlock - 1) / kQuantizedKvBlock);
   layout.padded_tokens = int64_t(layout.kv_blocks) * kQuantizedKvBlock;
   // The largest region, V's, bounds them all: entries * 128 * padded_tokens bytes.
@@ -51,7 +50,6 @@ QuantizedLayout quantized_layout(int batch, int heads, int64_t tokens, int head_
   // The three large tensors first, then the small float vectors.
   layout.q8 = take(rows * head_dim, 1);
   layout.k8 = take(rows * head_dim, 1);
-  layout.k8_residual = take(k_residual ? rows * head_dim : 0, 1);
   layout.v8 = take(entries * head_dim * layout.padded_tokens, 1);
   layout.q_scale = take(rows, sizeof(float));
   layout.lse_shift = take(rows, sizeof(float));
@@ -69,7 +67,6 @@ QuantizedTensors quantized_tensors(const QuantizedLayout& layout, void* buffer) 
   tensors.q_scale = region_at<float>(buffer, layout.q_scale);
   tensors.lse_shift = region_at<float>(buffer, layout.lse_shift);
   tensors.k8 = region_at<int8_t>(buffer, layout.k8);
-  tensors.k8_residual = layout.k_residual ? region_at<int8_t>(buffer, layout.k8_residual) : nullptr;
   tensors.k_scale = region_at<float>(buffer, layout.k_scale);
   tensors.k_mean = region_at<float>(buffer, layout.k_mean);
   tensors.v8 = region_at<uint8_t>(buffer, layout.v8);
@@ -81,10 +78,6 @@ QuantizedTensors quantized_tensors(const QuantizedLayout& layout, void* buffer) 
 
 namespace wavealign::cuda {
 
-QuantizeArgs quantize_args(const SparseAttentionArgs& args) {
-  QuantizeArgs quantize = detail::with_inputs_of<QuantizeArgs>(args);
-  quantize.k_residual = args.precision == Precision::kInt8K16;
-  return quantize;
-}
+QuantizeArgs quantize_args(const SparseAttentionArgs& args) { return detail::with_inputs_of<QuantizeArgs>(args); }
 
 }  // namespace wavealign::cuda

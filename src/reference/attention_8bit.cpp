@@ -82,15 +82,10 @@ void attend_row(const Operands& x, int entry, int64_t row, std::span<const int32
   for (const int32_t block : blocks) {
     const int64_t first = int64_t(block) * kBlock;
     const int valid = int(std::min<int64_t>(kBlock, layout.tokens - first));
-    // With K's residual codes S counts in units of k_scale / 254: S = 254 q8 . k8 + q8 . r8, exact in int32.
-    const float k_scale = x.tensors.k_scale[size_t(entry) * layout.kv_blocks + block];
-    const float f = (q_scale * (layout.k_residual ? k_scale * (1.0f / kKResidualUnits) : k_scale)) * x.scale_log2;
+    const float f = (q_scale * x.tensors.k_scale[size_t(entry) * layout.kv_blocks + block]) * x.scale_log2;
     float tile_max = -kInf;
     for (int c = 0; c < valid; ++c) {
-      const size_t key = (size_t(entry) * layout.tokens + first + c) * kD;
-      int32_t s = dot_int8(q8, x.tensors.k8 + key);
-      if (layout.k_residual) s = s * int32_t(kKResidualUnits) + dot_int8(q8, x.tensors.k8_residual + key);
-      scores[c] = static_cast<float>(s);
+      scores[c] = static_cast<float>(dot_int8(q8, x.tensors.k8 + (size_t(entry) * layout.tokens + first + c) * kD));
       tile_max = std::max(tile_max, scores[c]);
     }
     const float m_new = std::fmax(m, tile_max * f);  // fmaxf: a NaN tile max leaves the max where it was

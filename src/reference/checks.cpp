@@ -48,14 +48,14 @@ void check_schedule(const Schedule& schedule, const AttentionShape& shape) {
 void check_quantized_layout(const QuantizedLayout& layout) {
   QuantizedLayout expected;
   try {
-    expected = quantized_layout(layout.batch, layout.heads, layout.tokens, layout.head_dim, layout.k_residual);
+    expected = quantized_layout(layout.batch, layout.heads, layout.tokens, layout.head_dim);
   } catch (const InvalidArgument& error) {
     throw InvalidArgument("layout", error.what());
   }
   WA_CHECK_ARG(expected.bytes == layout.bytes && expected.v8.offset == layout.v8.offset &&
                    expected.v_scale.offset == layout.v_scale.offset,
                "layout", "is not quantized_layout(", layout.batch, ", ", layout.heads, ", ", layout.tokens, ", ",
-               layout.head_dim, layout.k_residual ? ", true" : "", ")");
+               layout.head_dim, ")");
 }
 
 }  // namespace wavealign::reference

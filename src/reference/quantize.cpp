@@ -64,9 +64,6 @@ struct EntryQuantizer {
       const float inverse = inverse_of(block_scale);
       int8_t* k8 = out.k8 + (size_t(entry) * tokens() + first) * kD;
       for (int64_t i = 0; i < rows * kD; ++i) k8[i] = quantize_int8(centered[i], inverse);
-      if (out.k8_residual == nullptr) continue;
-      int8_t* residual = out.k8_residual + (size_t(entry) * tokens() + first) * kD;
-      for (int64_t i = 0; i < rows * kD; ++i) residual[i] = quantize_int8_residual(centered[i], inverse);
     }
   }
 

@@ -1,7 +1,7 @@
-// The 8-bit Hopper kernel (Precision::kInt8, and kInt8K16 with K's residual codes) against its exact CPU
-// emulation (wavealign/quantize.h: the host quantizer, bit-identical to the GPU's, then
-// reference_attention_8bit), its accuracy against the fp32 reference, bitwise invariance across schedules,
-// empty rows, CUDA graph capture, and what query_support says it runs (those run without a GPU).
+// The 8-bit Hopper kernel (Precision::kInt8) against its exact CPU emulation (wavealign/quantize.h: the host
+// quantizer, bit-identical to the GPU's, then reference_attention_8bit), its accuracy against the fp32
+// reference, bitwise invariance across schedules, empty rows, CUDA graph capture, and what query_support says
+// it runs (those run without a GPU).
 //
 // Tolerance against the emulation: the emulation computes P with the exact exp2 of the kernel's fp32 argument
 // where the kernel's MUFU.EX2 is off by up to 2^-22 relative, which can move a P' across an e4m3 rounding
@@ -34,10 +34,9 @@ struct Emulation {
   float rounding_error = 0;  // max |round_to(o) - o| in the output type
 };
 
-Emulation emulate(const Problem& problem, Precision precision) {
+Emulation emulate(const Problem& problem) {
   const auto& s = problem.shape;
-  const QuantizedLayout layout =
-      quantized_layout(s.batch, s.heads, s.tokens, s.head_dim, precision == Precision::kInt8K16);
+  const QuantizedLayout layout = quantized_layout(s.batch, s.heads, s.tokens, s.head_dim);
   std::vector<uint8_t> buffer(layout.bytes);
   quantize_reference(layout, problem.q, problem.k, problem.v, problem.scale, buffer.data());
   Emulation emulation;
@@ -85,14 +84,7 @@ Schedule schedule_of(const Problem& problem) {
   return original_schedule(problem.shape.entries(), problem.shape.q_blocks(), HeadOrder::kSequential);
 }
 
-/// The tests below run for both 8-bit precisions.
-class AttentionInt8 : public ::testing::TestWithParam<Precision> {};
-INSTANTIATE_TEST_SUITE_P(Precisions, AttentionInt8, ::testing::Values(Precision::kInt8, Precision::kInt8K16),
-                         [](const ::testing::TestParamInfo<Precision>& info) {
-                           return std::string(to_string(info.param));
-                         });
-
-TEST_P(AttentionInt8, MatchesTheEmulation) {
+TEST(AttentionInt8, MatchesTheEmulation) {
   WA_REQUIRE_GPU();
   struct Case {
     int64_t tokens;
@@ -104,19 +96,19 @@ TEST_P(AttentionInt8, MatchesTheEmulation) {
   for (const Case& c : {Case{1000, ElementType::kBf16, 1, 0.4}, Case{1024, ElementType::kFp16, 1, 0.3},
                         Case{1000, ElementType::kBf16, 2, 1.0}, Case{640, ElementType::kFp16, 2, 0.5}}) {
     const Problem problem = make_problem(2, c.tokens, 128, 128, c.type, c.density, 17 + c.tokens, c.batch);
-    GpuProblem gpu(problem, GetParam());
+    GpuProblem gpu(problem, Precision::kInt8);
     const std::string where = std::to_string(c.tokens) + " tokens, " + std::string(to_string(c.type)) + ", batch " +
                               std::to_string(c.batch) + ", density " + std::to_string(c.density);
-    expect_matches_emulation(problem, emulate(problem, GetParam()), gpu.run(schedule_of(problem), Traversal::kAscending,
+    expect_matches_emulation(problem, emulate(problem), gpu.run(schedule_of(problem), Traversal::kAscending,
                                                                 KernelPath::kAuto),
                              where);
   }
 }
 
-TEST_P(AttentionInt8, CloseToTheFp32Reference) {
+TEST(AttentionInt8, CloseToTheFp32Reference) {
   WA_REQUIRE_GPU();
   const Problem problem = make_problem(2, 2048, 128, 128, ElementType::kBf16, 0.5, 5);
-  GpuProblem gpu(problem, GetParam());
+  GpuProblem gpu(problem, Precision::kInt8);
   const Output out = gpu.run(schedule_of(problem), Traversal::kAscending, KernelPath::kAuto);
   const Reference ref = compute_reference(problem);
   double dot = 0, norm_o = 0, norm_ref = 0, l1 = 0, l1_ref = 0;
@@ -133,10 +125,10 @@ TEST_P(AttentionInt8, CloseToTheFp32Reference) {
   EXPECT_LE(l1 / l1_ref, 0.039) << "relative L1 error of O";
 }
 
-TEST_P(AttentionInt8, BitwiseInvariantAcrossSchedules) {
+TEST(AttentionInt8, BitwiseInvariantAcrossSchedules) {
   WA_REQUIRE_GPU();
   const Problem problem = make_problem(3, 1000, 128, 128, ElementType::kBf16, 0.4, 23);
-  GpuProblem gpu(problem, GetParam());
+  GpuProblem gpu(problem, Precision::kInt8);
   Output first;
   bool have_first = false;
   for (const auto& [name, schedule] : test_schedules(3, problem.shape.q_blocks(), 29)) {
@@ -153,11 +145,11 @@ TEST_P(AttentionInt8, BitwiseInvariantAcrossSchedules) {
   }
 }
 
-TEST_P(AttentionInt8, EmptyRowsGiveZeroAndMinusInfinity) {
+TEST(AttentionInt8, EmptyRowsGiveZeroAndMinusInfinity) {
   WA_REQUIRE_GPU();
   // make_problem leaves row 0 of head 0 empty.
   const Problem problem = make_problem(2, 512, 128, 128, ElementType::kFp16, 0.5, 31);
-  GpuProblem gpu(problem, GetParam());
+  GpuProblem gpu(problem, Precision::kInt8);
   const Output out = gpu.run(schedule_of(problem), Traversal::kAscending, KernelPath::kAuto);
   for (int t = 0; t < 128; ++t) {
     EXPECT_EQ(out.lse[size_t(t)], -std::numeric_limits<float>::infinity()) << "token " << t;
@@ -165,10 +157,10 @@ TEST_P(AttentionInt8, EmptyRowsGiveZeroAndMinusInfinity) {
   }
 }
 
-TEST_P(AttentionInt8, CapturableInCudaGraph) {
+TEST(AttentionInt8, CapturableInCudaGraph) {
   WA_REQUIRE_GPU();
   const Problem problem = make_problem(2, 1000, 128, 128, ElementType::kBf16, 0.5, 37);
-  GpuProblem gpu(problem, GetParam());
+  GpuProblem gpu(problem, Precision::kInt8);
   const Schedule schedule = schedule_of(problem);
   const Output direct = gpu.run(schedule, Traversal::kAscending, KernelPath::kAuto);
   DeviceBuffer items = upload(schedule.items);

@@ -26,13 +26,8 @@ using test_support::expect_invalid;
 constexpr int kD = kQuantizedHeadDim;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-QuantizedLayout layout_of(const Problem& problem, bool k_residual = false) {
-  return quantized_layout(problem.shape.batch, problem.shape.heads, problem.shape.tokens, kD, k_residual);
-}
-
-/// The precision whose call quantizes into `layout` (K's residual codes come with Precision::kInt8K16).
-Precision precision_of(const QuantizedLayout& layout) {
-  return layout.k_residual ? Precision::kInt8K16 : Precision::kInt8;
+QuantizedLayout layout_of(const Problem& problem) {
+  return quantized_layout(problem.shape.batch, problem.shape.heads, problem.shape.tokens, kD);
 }
 
 /// What quantize_qkv wrote for the problem's (padded, batched) device tensors, the buffer and workspace
@@ -90,7 +85,6 @@ void expect_same_quantization(const QuantizedLayout& layout, const std::vector<s
   check("q_scale", layout.q_scale, float{});
   check("lse_shift", layout.lse_shift, float{});
   check("k8", layout.k8, int8_t{});
-  check("k8_residual", layout.k8_residual, int8_t{});
   check("k_scale", layout.k_scale, float{});
   check("k_mean", layout.k_mean, float{});
   check("v8", layout.v8, uint8_t{});
@@ -121,12 +115,9 @@ TEST(Quantize, MatchesTheHostQuantizerBitForBit) {
     SCOPED_TRACE(describe(c));
     Problem problem = make_problem(c.heads, c.tokens, kD, kQuantizedKvBlock, c.type, 0.3, 7, c.batch);
     problem.scale = c.scale;
-    for (const bool k_residual : {false, true}) {
-      SCOPED_TRACE(k_residual ? "with K's residual codes" : "K's codes alone");
-      const QuantizedLayout layout = layout_of(problem, k_residual);
-      expect_same_quantization(layout, quantize_on_host(problem, layout),
-                               quantize_on_device(GpuProblem(problem, precision_of(layout)), layout));
-    }
+    const QuantizedLayout layout = layout_of(problem);
+    expect_same_quantization(layout, quantize_on_host(problem, layout),
+                             quantize_on_device(GpuProblem(problem), layout));
   }
 }
 
@@ -152,9 +143,9 @@ TEST(Quantize, EdgeValuesMatchTheHostQuantizer) {
     set(p, p.k, 1, 77, 1, -kInf);  // poisons entry 1's K mean, every block's scale and every LSE shift
     set(p, p.v, 3, 10, 9, std::numeric_limits<float>::quiet_NaN());
     set(p, p.v, 2, 299, 0, -60000.0f);  // V's channel maximum in the partial last block
-    const QuantizedLayout layout = layout_of(p, true);
+    const QuantizedLayout layout = layout_of(p);
     const std::vector<std::byte> host = quantize_on_host(p, layout);
-    expect_same_quantization(layout, host, quantize_on_device(GpuProblem(p, precision_of(layout)), layout));
+    expect_same_quantization(layout, host, quantize_on_device(GpuProblem(p), layout));
     const QuantizedTensors t = quantized_tensors(layout, const_cast<std::byte*>(host.data()));
     EXPECT_EQ(t.k_scale[1], 0.0f) << "the host reference itself: a zero block";
     EXPECT_TRUE(std::isnan(t.v_scale[3 * kD + 9])) << "the host reference itself: a NaN channel";

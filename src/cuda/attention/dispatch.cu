@@ -36,7 +36,7 @@ struct KernelEntry {
   int head_dim;
   int block;  // square blocks: q_block == kv_block
   LaunchFn launch;            // Precision::kNative
-  LaunchInt8Fn launch_int8;   // Precision::kInt8 and kInt8K16
+  LaunchInt8Fn launch_int8;   // Precision::kInt8
 };
 
 template <KernelPath kFamily, ElementType kElement, int kHeadDim, int kBlock>
@@ -49,17 +49,16 @@ constexpr KernelEntry kernel_entry() {
             &detail::launch_fwd_sm80<kElement, kHeadDim, kBlock, kBlock>, nullptr};
 }
 
-template <Precision kPrecision, ElementType kElement, int kHeadDim, int kBlock>
+template <ElementType kElement, int kHeadDim, int kBlock>
 constexpr KernelEntry int8_kernel_entry() {
-  return {KernelPath::kSm90, kPrecision, kElement, kHeadDim, kBlock, nullptr,
-          &detail::launch_fwd_sm90_int8<kElement, kPrecision == Precision::kInt8K16>};
+  return {KernelPath::kSm90, Precision::kInt8, kElement, kHeadDim, kBlock, nullptr,
+          &detail::launch_fwd_sm90_int8<kElement>};
 }
 
 #define WA_KERNEL_ENTRY(family, element, head_dim, block) \
   kernel_entry<KernelPath::family, ElementType::element, head_dim, block>(),
-#define WA_INT8_KERNEL_ENTRY(family, element, head_dim, block)                          \
-  int8_kernel_entry<Precision::kInt8, ElementType::element, head_dim, block>(),         \
-      int8_kernel_entry<Precision::kInt8K16, ElementType::element, head_dim, block>(),
+#define WA_INT8_KERNEL_ENTRY(family, element, head_dim, block) \
+  int8_kernel_entry<ElementType::element, head_dim, block>(),
 
 const KernelEntry kKernels[] = {
 #if defined(WAVEALIGN_HAS_SM90_KERNELS)
@@ -82,10 +81,9 @@ constexpr bool kHaveSm90Kernels =
 /// kernel, sm90_int8_fp8_ws_bf16_d128_b128x128 (O in bf16).
 std::string kernel_name(const KernelEntry& entry) {
   const std::string block = std::to_string(entry.block);
-  const char* family = entry.precision == Precision::kInt8K16 ? "sm90_int8_k16_fp8_ws_"
-                       : entry.precision == Precision::kInt8  ? "sm90_int8_fp8_ws_"
-                       : entry.family == KernelPath::kSm90    ? "sm90_tma_wgmma_ws_"
-                                                              : "sm80_mma_cp_async_";
+  const char* family = entry.precision == Precision::kInt8 ? "sm90_int8_fp8_ws_"
+                       : entry.family == KernelPath::kSm90 ? "sm90_tma_wgmma_ws_"
+                                                           : "sm80_mma_cp_async_";
   return std::string(family) + std::string(to_string(entry.element)) + "_d" + std::to_string(entry.head_dim) + "_b" +
          block + "x" + block;
 }
@@ -182,18 +180,18 @@ Selection select_kernel(const SparseAttentionArgs& args, int device) {
                        "block");
   if (args.path != KernelPath::kAuto && args.path != KernelPath::kSm90 && args.path != KernelPath::kSm80)
     return unsupported("path " + std::to_string(int(args.path)) + " is not a kernel path", "path");
-  if (is_8bit(args.precision)) {
+  if (args.precision == Precision::kInt8) {
     // The 8-bit kernel's shapes, before the device: what a build or a device cannot change.
-    const std::string name = "precision " + std::string(to_string(args.precision));
     if (args.head_dim != kQuantizedHeadDim || block != kQuantizedKvBlock || args.block.q_block != args.block.kv_block)
-      return unsupported(name + " runs head_dim 128 with 128x128 blocks, got head_dim " +
+      return unsupported("precision int8 runs head_dim 128 with 128x128 blocks, got head_dim " +
                              std::to_string(args.head_dim) + " and blocks " + std::to_string(args.block.q_block) +
                              "x" + std::to_string(args.block.kv_block),
                          args.head_dim != kQuantizedHeadDim ? "head_dim" : "block");
     if (args.path == KernelPath::kSm80)
-      return unsupported(name + " has no sm80 kernel (its GEMMs are sm_90a wgmma); use path auto or sm90", "path");
+      return unsupported("precision int8 has no sm80 kernel (its GEMMs are sm_90a wgmma); use path auto or sm90",
+                         "path");
     if (!kHaveSm90Kernels)
-      return unsupported(name + ": this build has no sm_90a kernels (CUTLASS headers or 90a missing)");
+      return unsupported("precision int8: this build has no sm_90a kernels (CUTLASS headers or 90a missing)");
   }
 
   const DeviceTable& table = device_table();
@@ -218,10 +216,9 @@ Selection select_kernel(const SparseAttentionArgs& args, int device) {
   } else if (args.path == KernelPath::kAuto && is_sm90 && kHaveSm90Kernels) {
     family = KernelPath::kSm90;
   }
-  if (is_8bit(args.precision)) {
+  if (args.precision == Precision::kInt8) {
     if (!is_sm90)
-      return unsupported("precision " + std::string(to_string(args.precision)) +
-                         " needs an sm_90 device (INT8 and FP8 wgmma); device " +
+      return unsupported("precision int8 needs an sm_90 device (INT8 and FP8 wgmma); device " +
                          std::to_string(device) + " is " + arch);
     family = KernelPath::kSm90;
   }
@@ -258,8 +255,7 @@ Int8Workspace int8_workspace(const SparseAttentionArgs& args) {
   constexpr size_t kAlignment = kQuantizedAlignment;
   auto aligned = [](size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; };
   Int8Workspace workspace;
-  workspace.layout = quantized_layout(args.batch, args.heads, args.tokens, args.head_dim,
-                                      args.precision == Precision::kInt8K16);
+  workspace.layout = quantized_layout(args.batch, args.heads, args.tokens, args.head_dim);
   workspace.buffer = aligned(kTicketBytes);
   workspace.scratch = workspace.buffer + aligned(workspace.layout.bytes);
   workspace.bytes = workspace.scratch + workspace.layout.workspace_bytes;
@@ -322,7 +318,6 @@ void launch_int8_validated(const SparseAttentionArgs& args, void* workspace, Str
   quant.q_scale = tensors.q_scale;
   quant.lse_shift = tensors.lse_shift;
   quant.k8 = tensors.k8;
-  quant.k8_residual = tensors.k8_residual;
   quant.k_scale = tensors.k_scale;
   quant.v8 = tensors.v8;
   quant.v_scale = tensors.v_scale;
@@ -358,7 +353,7 @@ Implementation can_implement(const SparseAttentionArgs& args, int device) {
 }
 
 size_t workspace_bytes(const SparseAttentionArgs& args) {
-  if (is_8bit(args.precision)) return int8_workspace(args).bytes;
+  if (args.precision == Precision::kInt8) return int8_workspace(args).bytes;
   return kTicketBytes;
 }
 
@@ -366,7 +361,7 @@ void sparse_attention(const SparseAttentionArgs& args, void* workspace, Stream s
   validate(args, workspace);
   const Selection selection = select_kernel(args, -1);
   WA_CHECK(selection.entry != nullptr, "sparse_attention: unsupported configuration: ", selection.reason);
-  if (is_8bit(selection.entry->precision)) {
+  if (selection.entry->precision == Precision::kInt8) {
     launch_int8_validated(args, workspace, stream, selection.entry->launch_int8);
   } else {
     launch_validated(args, workspace, stream, selection.entry->launch);
@@ -377,7 +372,7 @@ void detail::sparse_attention_int8_parts(const SparseAttentionArgs& args, void* 
                                          bool quantize, bool attend) {
   validate(args, workspace);
   const Selection selection = select_kernel(args, -1);
-  WA_CHECK(selection.entry != nullptr && is_8bit(selection.entry->precision),
+  WA_CHECK(selection.entry != nullptr && selection.entry->precision == Precision::kInt8,
            "sparse_attention_int8_parts: not an 8-bit call here: ", selection.reason);
   launch_int8_validated(args, workspace, stream, selection.entry->launch_int8, quantize, attend);
 }

@@ -20,12 +20,11 @@ template <ElementType kElement, int kHeadDim, int kBlockM, int kBlockN,
 void launch_fwd_sm90(const AttentionParams& params, Stream stream);
 
 /// The 8-bit Hopper kernel (Precision::kInt8): INT8 Q K^T, FP8 P V over the quantizers' operands; d = 128,
-/// 128 x 128 blocks, O in kOutput (sm_90a only). kKResidual (Precision::kInt8K16): S adds the product with K's
-/// residual codes.
-template <ElementType kOutput, bool kKResidual>
+/// 128 x 128 blocks, O in kOutput (sm_90a only).
+template <ElementType kOutput>
 void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands& quant, Stream stream);
 
-/// The two parts of an 8-bit call (Precision::kInt8 or kInt8K16), for a benchmark that times them apart: `quantize` writes the
+/// The two parts of a Precision::kInt8 call, for a benchmark that times them apart: `quantize` writes the
 /// quantized q, k, v into the workspace, `attend` runs the 8-bit kernel on what the workspace holds (from an
 /// earlier call with the same q, k, v when `quantize` is false). Both true is sparse_attention.
 void sparse_attention_int8_parts(const SparseAttentionArgs& args, void* workspace, Stream stream, bool quantize,

@@ -13,7 +13,6 @@ struct QuantizedOperands {
   const float* q_scale = nullptr;    // [E, tokens]: max |q| of the row / 127
   const float* lse_shift = nullptr;  // [E, tokens]: scale * q . mean(k), added to the LSE
   const int8_t* k8 = nullptr;        // [E, tokens, 128]: round((k - mean(k)) / k_scale)
-  const int8_t* k8_residual = nullptr;  // [E, tokens, 128] for Precision::kInt8K16: what k8 leaves, x 254
   const float* k_scale = nullptr;    // [E, kv_blocks]: max |k - mean(k)| of the 128-key block / 127
   const uint8_t* v8 = nullptr;       // [E, 128, padded_tokens] FP8 e4m3: V transposed, keys permuted in 16s
   const float* v_scale = nullptr;    // [E, 128]: max |v| of the channel / 448

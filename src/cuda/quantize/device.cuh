@@ -54,20 +54,14 @@ __device__ __forceinline__ void load_values(const uint16_t* row, int first, floa
 }
 
 /// The 16 INT8 codes of x (quantize_rules::quantize_int8) as one 16-byte word, the first in the lowest byte.
-/// kResidual: the residual codes of K (quantize_rules::quantize_int8_residual) instead of the codes.
-template <bool kResidual = false>
 __device__ __forceinline__ uint4 quantize_int8x16(const float (&x)[16], float inverse_scale) {
   uint32_t words[4];
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     uint32_t word = 0;
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float value = x[4 * w + b];
-      const int8_t code = kResidual ? quantize_rules::quantize_int8_residual(value, inverse_scale)
-                                    : quantize_rules::quantize_int8(value, inverse_scale);
-      word |= uint32_t(uint8_t(code)) << (8 * b);
-    }
+    for (int b = 0; b < 4; ++b)
+      word |= uint32_t(uint8_t(quantize_rules::quantize_int8(x[4 * w + b], inverse_scale))) << (8 * b);
     words[w] = word;
   }
   return make_uint4(words[0], words[1], words[2], words[3]);

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 template <ElementType kType>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     quantize_k_kernel(InputRows k, int64_t tokens, int kv_blocks, int entries, const float* __restrict__ k_mean,
-                      int8_t* __restrict__ k8, int8_t* __restrict__ k8_residual, float* __restrict__ k_scale) {
+                      int8_t* __restrict__ k8, float* __restrict__ k_scale) {
   __shared__ uint32_t warp_maxima[kThreads / 32];
   const int first_channel = (threadIdx.x % kRowLanes) * kLaneChannels;
   for (int e = blockIdx.y; e < entries; e += gridDim.y) {
@@ -117,12 +117,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int64_t t = int64_t(blockIdx.x) * kBlock + pass * kRowsPerPass + threadIdx.x / kRowLanes;
-      if (t >= tokens) continue;
-      const size_t offset = (size_t(e) * size_t(tokens) + size_t(t)) * kD + first_channel;
-      *reinterpret_cast<uint4*>(k8 + offset) = quantize_int8x16(x[pass], inverse);
-      if (k8_residual != nullptr)
-        *reinterpret_cast<uint4*>(k8_residual + offset) =
-            quantize_int8x16<true>(x[pass], inverse);
+      if (t < tokens)
+        *reinterpret_cast<uint4*>(k8 + (size_t(e) * size_t(tokens) + size_t(t)) * kD + first_channel) =
+            quantize_int8x16(x[pass], inverse);
     }
     if (threadIdx.x == 0) k_scale[size_t(e) * kv_blocks + blockIdx.x] = block_scale;
     __syncthreads();  // the next entry reuses warp_maxima
@@ -209,8 +206,7 @@ void launch_quantize(const InputRows& q, const InputRows& k, const InputRows& v,
                                                             out.q_scale, out.lse_shift);
     WA_CUDA_CHECK(cudaGetLastError());
     quantize_k_kernel<kType>
-        <<<grid, kThreads, 0, stream>>>(k, layout.tokens, layout.kv_blocks, entries, out.k_mean, out.k8,
-                                        out.k8_residual, out.k_scale);
+        <<<grid, kThreads, 0, stream>>>(k, layout.tokens, layout.kv_blocks, entries, out.k_mean, out.k8, out.k_scale);
     WA_CUDA_CHECK(cudaGetLastError());
     quantize_v_kernel<kType>
         <<<grid, kThreads, 0, stream>>>(v, layout.tokens, layout.padded_tokens, entries, out.v_scale, out.v8);
@@ -252,8 +248,7 @@ void quantize_qkv(const QuantizeArgs& args, void* buffer, void* workspace, Strea
     WA_CHECK_ARG(pointer != nullptr, name, "is null");
   WA_CHECK_ARG(buffer != nullptr && aligned_16(buffer), "buffer", "must be non-null and 16-byte aligned");
   WA_CHECK_ARG(workspace != nullptr && aligned_16(workspace), "workspace", "must be non-null and 16-byte aligned");
-  const QuantizedLayout layout =
-      quantized_layout(args.batch, args.heads, args.tokens, args.head_dim, args.k_residual);
+  const QuantizedLayout layout = quantized_layout(args.batch, args.heads, args.tokens, args.head_dim);
   const QuantizedTensors out = quantized_tensors(layout, buffer);
   const detail::AttentionLayout strides = detail::resolve_layout(call);
   auto rows = [&](const void* data, int64_t batch_stride) {

@@ -23,11 +23,8 @@ namespace wavealign::cuda::detail::sm90_int8 {
 using sm90::KvLoadOrder;
 using sm90::Tuning;
 
-/// kKResidual_ (Precision::kInt8K16): K's residual codes ride in each K stage beside its codes, and S is
-/// 254 Q K8^T + Q R8^T (a second INT8 GEMM per block).
-template <ElementType kOutputType, bool kKResidual_ = false>
+template <ElementType kOutputType>
 struct KernelTraits {
-  static constexpr bool kKResidual = kKResidual_;
   using Output = std::conditional_t<kOutputType == ElementType::kBf16, cutlass::bfloat16_t, cutlass::half_t>;
   using Fp8 = cutlass::float_e4m3_t;
   static constexpr int kHeadDim = 128;

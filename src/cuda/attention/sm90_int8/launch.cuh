@@ -1,5 +1,5 @@
-// Host launcher of the 8-bit Hopper kernel: TMA descriptors over the quantized buffer's q8, k8 (and k8_residual)
-// (tokens, d, entries) and v8 (d, padded tokens, entries), then the persistent grid. Host-only encoding: the launch stays
+// Host launcher of the 8-bit Hopper kernel: TMA descriptors over the quantized buffer's q8, k8 (tokens, d, entries)
+// and v8 (d, padded tokens, entries), then the persistent grid. Host-only encoding: the launch stays
 // graph-capturable and does no synchronization.
 #pragma once
 
@@ -14,13 +14,13 @@
 
 namespace wavealign::cuda::detail {
 
-template <ElementType kOutput, bool kKResidual>
+template <ElementType kOutput>
 void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands& quant, Stream stream) {
   using namespace cute;
-  using Traits = sm90_int8::KernelTraits<kOutput, kKResidual>;
+  using Traits = sm90_int8::KernelTraits<kOutput>;
   using Fp8 = typename Traits::Fp8;
   constexpr int kHeadDim = Traits::kHeadDim;
-  sm90_int8::KernelParams<Traits> kernel_params{params, quant, {}, {}, {}, {}};
+  sm90_int8::KernelParams<Traits> kernel_params{params, quant, {}, {}, {}};
   const int32_t entries = params.batch * params.heads;
   const auto qk_shape = make_shape(int32_t(params.tokens), int32_t(kHeadDim), entries);
   const auto qk_stride = make_stride(int64_t(kHeadDim), _1{}, int64_t(params.tokens) * kHeadDim);
@@ -33,11 +33,6 @@ void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands
                                       Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
   kernel_params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k8, take<0, 2>(typename Traits::SmemLayoutK{}),
                                       Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
-  if constexpr (kKResidual) {
-    const Tensor residual = make_tensor(make_gmem_ptr(quant.k8_residual), qk_shape, qk_stride);
-    kernel_params.tma_k_residual = make_tma_copy(SM90_TMA_LOAD{}, residual, take<0, 2>(typename Traits::SmemLayoutK{}),
-                                                 Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
-  }
   kernel_params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v8, take<0, 2>(typename Traits::SmemLayoutV{}),
                                       Shape<Int<kHeadDim>, Int<Traits::kBlockN>>{}, _1{});
 

@@ -6,9 +6,7 @@
 // the product into O once it has drained; finally the last product. Each block's P V product starts from zero
 // and is added into O in fp32 on the CUDA cores (O = O * factor + partial), so O never accumulates across
 // blocks inside the FP8 tensor-core accumulator, which keeps fewer bits than fp32. Every step depends only on
-// the row's blocks in walk order, so O and LSE are the same bits under every schedule. With K's residual codes
-// (Precision::kInt8K16) each K stage also holds the block's residual tile, and S_i is two INT8 GEMMs, the
-// second issued once the first has drained and been scaled by 254, before the P V product of block i - 1.
+// the row's blocks in walk order, so O and LSE are the same bits under every schedule.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -17,7 +15,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attention/quantize_rules.h"
 #include "cuda/attention/params.h"
 #include "cuda/attention/quantized_operands.h"
 #include "cuda/attention/sm90/pipeline.cuh"
@@ -36,27 +33,15 @@ using sm90::StageCounter;
 using sm90::TransactionBarrier;
 using sm90::WorkRecord;
 
-/// Kernel parameters: the call, the quantized operands and the TMA descriptors (a __grid_constant__, so the
-/// descriptors stay in parameter space, where TMA reads them); tma_k_residual is set for Traits::kKResidual.
+/// Kernel parameters: the call, the quantized operands and the three TMA descriptors (a __grid_constant__, so
+/// the descriptors stay in parameter space, where TMA reads them).
 template <class Traits>
 struct KernelParams {
   AttentionParams base;
   QuantizedOperands quant;
   typename Traits::TmaQ tma_q;
   typename Traits::TmaK tma_k;
-  typename Traits::TmaK tma_k_residual;
   typename Traits::TmaV tma_v;
-};
-
-/// The K stages' residual tiles (Traits::kKResidual), in the K tiles' layout; empty otherwise.
-template <class Traits, bool = Traits::kKResidual>
-struct KResidualStages {
-  __device__ int8_t* data() { return nullptr; }
-};
-template <class Traits>
-struct KResidualStages<Traits, true> {
-  cute::array_aligned<int8_t, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> tiles;
-  __device__ int8_t* data() { return tiles.data(); }
 };
 
 template <class Traits>
@@ -64,7 +49,6 @@ struct SharedStorage {
   // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
   cute::array_aligned<int8_t, Traits::kTileBytes, 1024> q;
   cute::array_aligned<int8_t, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
-  KResidualStages<Traits> k_residual;
   cute::array_aligned<typename Traits::Fp8, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
   float k_scale[Traits::kStages];  // the scale of the K block in each stage, written by the producer
   sm90::PipelineBarriers<Traits::kStages, Traits::kConsumerWarps> pipe;
@@ -98,17 +82,14 @@ struct Mainloop {
     if (lane == 0) {
       prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
       prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-      if constexpr (Traits::kKResidual) prefetch_tma_descriptor(params.tma_k_residual.get_tma_descriptor());
       prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     }
     const int entries = p.batch * p.heads;
     Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.tokens, int32_t(kHeadDim), entries));
     Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.tokens, int32_t(kHeadDim), entries));
-    Tensor mR = params.tma_k_residual.get_tma_tensor(make_shape(p.tokens, int32_t(kHeadDim), entries));
     Tensor mV = params.tma_v.get_tma_tensor(make_shape(int32_t(kHeadDim), int32_t(quant.padded_tokens), entries));
     Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
-    Tensor sR = make_tensor(make_smem_ptr(storage.k_residual.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
 
     RecordRing ring = storage.pipe.record_ring();
@@ -140,24 +121,17 @@ struct Mainloop {
         Tensor gK = local_tile(mK(_, _, entry), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
         Tensor gV = local_tile(mV(_, _, entry), Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));
         auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-        Tensor gR = local_tile(mR(_, _, entry), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-        auto [tRgR, tRsR] = tma_partition(params.tma_k_residual, _0{}, Layout<_1>{}, group_modes<0, 2>(sR),
-                                          group_modes<0, 2>(gR));
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
         const float* entry_k_scale = quant.k_scale + int64_t(entry) * p.kv_blocks;
 
         // The block's scale goes into shared memory before the stage's arrive, whose release the consumers'
-        // wait acquires. With K's residual codes its tile arrives on the same barrier.
+        // wait acquires.
         auto load_k = [&](int block, float scale, const StageCounter<kStages>& at) {
           Barrier::wait(&storage.pipe.k_empty[at.index()], at.phase() ^ 1u);
           storage.k_scale[at.index()] = scale;
-          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.k_full[at.index()],
-                                                   (Traits::kKResidual ? 2 : 1) * Traits::kTileBytes);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.k_full[at.index()], Traits::kTileBytes);
           copy(params.tma_k.with(storage.pipe.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
                tKsK(_, at.index()));
-          if constexpr (Traits::kKResidual)
-            copy(params.tma_k_residual.with(storage.pipe.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST),
-                 tRgR(_, block), tRsR(_, at.index()));
         };
         auto load_v = [&](int block, const StageCounter<kStages>& at) {
           Barrier::wait(&storage.pipe.v_empty[at.index()], at.phase() ^ 1u);
@@ -233,11 +207,9 @@ struct Mainloop {
     auto thr_pv = mma_pv.get_thread_slice(tid);
     Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutK{});
-    Tensor sR = make_tensor(make_smem_ptr(storage.k_residual.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutV{});
     Tensor tSrQ = thr_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
     Tensor tSrK = thr_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, stage)
-    Tensor tSrR = thr_qk.partition_fragment_B(sR);
     Tensor tOrV = thr_pv.partition_fragment_B(sV);  // (MMA, MMA_N, MMA_K, stage)
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));  // int32
     Tensor tOrPartial = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
@@ -267,8 +239,7 @@ struct Mainloop {
     // before the producer's next write of the slot by that arrive (an mbarrier arrive releases the accesses of
     // the arriving thread).
     auto multipliers_of = [&](int stage, float (&multiplier)[2]) {
-      float k_scale = __shfl_sync(0xffffffffu, lane == 0 ? storage.k_scale[stage] : 0.f, 0);
-      if constexpr (Traits::kKResidual) k_scale *= 1.0f / quantize_rules::kKResidualUnits;  // S in k_scale / 254
+      const float k_scale = __shfl_sync(0xffffffffu, lane == 0 ? storage.k_scale[stage] : 0.f, 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) multiplier[h] = (row_multiplier[h] * k_scale) * p.scale_log2;
     };
@@ -295,28 +266,11 @@ struct Mainloop {
     softmax.reset();
     clear(tOrO);
 
-    // S of the block in `stage`: Q K8^T, and with K's residual codes 254 Q K8^T + Q R8^T (exact in int32): both
-    // GEMMs back to back into two accumulators, drained, and combined. Nothing else is in flight when it is
-    // called (the P V product of the block before is issued after it), so the wait drains S alone.
-    Tensor tSrResidual = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));
-    auto issue_scores = [&](int stage) {
-      sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-      if constexpr (Traits::kKResidual) {
-        sm90::gemm_async<true>(mma_qk, tSrQ, tSrR(_, _, _, stage), tSrResidual);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrResidual);
-        CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i)
-          tSrS(i) = tSrS(i) * int32_t(quantize_rules::kKResidualUnits) + tSrResidual(i);
-      }
-    };
-
     float pending[2];  // the factor of the block whose P V product comes next
     {
       const int stage = kv.index();
       Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
-      issue_scores(stage);
+      sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       float multiplier[2];
       multipliers_of(stage, multiplier);  // its shared load and shuffle run under the GEMM
       warpgroup_wait<0>();
@@ -332,7 +286,7 @@ struct Mainloop {
       kv.advance();
       const int stage = kv.index();
       Barrier::wait(&storage.pipe.k_full[stage], kv.phase());
-      issue_scores(stage);
+      sm90::gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       // V_{i-1} is waited for after S_i is issued, so the S GEMM starts while V is in flight (the bf16 order).
       Barrier::wait(&storage.pipe.v_full[prev_stage], prev_phase);
       sm90::gemm_async<true>(mma_pv, tOrP, tOrV(_, _, _, prev_stage), tOrPartial);
