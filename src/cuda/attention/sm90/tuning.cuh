@@ -59,9 +59,12 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
 /// half the bf16 kernel's bytes (16 KB each: 80 KB of shared memory at 2 stages).
 /// - 2 K/V stages and K ahead where rows skip: the bf16 kernel's choices at the same tile shape, for the same
 ///   reason (the CTAs of a head walk K/V in near-lockstep through L2; docs/kernel-8bit.md).
-/// - 40 / 232 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16).
+/// - 24 / 240 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16); 8 more
+///   than 40 / 232 gave dense +8.8 % (669-672 -> 729-730 TOPS), video 745-754 -> 748-753, random 746-750 ->
+///   741 (H100, two rounds, one call, 4 heads, 363,600 tokens), though ptxas reports more spill bytes (the
+///   producer's, at 24). 3 K/V stages (112 KB) lost 2-3 % sparse (725-730) and matched dense (same call).
 constexpr Tuning int8_tuning() {
-  return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 40, .consumer_registers = 232,
+  return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 24, .consumer_registers = 240,
           .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};
 }
 
