@@ -61,8 +61,8 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
 ///   reason (the CTAs of a head walk K/V in near-lockstep through L2; docs/kernel-8bit.md).
 /// - 24 / 240 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16); 8 more
 ///   than 40 / 232 gave dense +8.8 % (669-672 -> 729-730 TOPS), video 745-754 -> 748-753, random 746-750 ->
-///   741 (H100, two rounds, one call, 4 heads, 363,600 tokens), though ptxas reports more spill bytes (the
-///   producer's, at 24). 3 K/V stages (112 KB) lost 2-3 % sparse (725-730) and matched dense (same call).
+///   741 (H100, two rounds, one call, 4 heads, 363,600 tokens), though ptxas reports more spill bytes (212
+///   against 100; which warp role spills was not separated). 3 K/V stages (112 KB) lost 2-3 % sparse (725-730) and matched dense (same call).
 constexpr Tuning int8_tuning() {
   return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 24, .consumer_registers = 240,
           .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};
