@@ -17,10 +17,8 @@ struct WorkItem {
   bool descending = false;
 };
 
-/// Ticket t runs schedule[t]. Sawtooth: the wave of a ticket is t / wave_slots (the items running at once:
-/// the grid, or the grid / CTAs per item) and odd waves walk down.
-__device__ __forceinline__ WorkItem decode_work_item(const AttentionParams& params, int ticket,
-                                                     int wave_slots = int(gridDim.x)) {
+/// Ticket t runs schedule[t]. Sawtooth: the wave of a ticket is t / gridDim.x and odd waves walk down.
+__device__ __forceinline__ WorkItem decode_work_item(const AttentionParams& params, int ticket) {
   WorkItem item;
   item.head = params.schedule[2 * ticket];
   item.q_block = params.schedule[2 * ticket + 1];
@@ -33,7 +31,7 @@ __device__ __forceinline__ WorkItem decode_work_item(const AttentionParams& para
     item.begin = params.row_ptr[row];
     item.n_blocks = static_cast<int>(params.row_ptr[row + 1] - item.begin);
   }
-  item.descending = params.sawtooth && ((ticket / wave_slots) & 1) != 0;
+  item.descending = params.sawtooth && ((ticket / int(gridDim.x)) & 1) != 0;
   return item;
 }
 

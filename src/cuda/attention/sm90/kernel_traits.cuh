@@ -27,7 +27,6 @@ struct KernelTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr Tuning kTuning = Tuning_::value;
   static constexpr int kStages = kTuning.kv_stages;  // K and V stages each
-  static_assert(kTuning.ctas_per_item == 1, "the 16-bit kernel runs one schedule item per CTA");
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;

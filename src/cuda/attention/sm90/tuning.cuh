@@ -28,9 +28,6 @@ struct Tuning {
   int consumer_registers;  // setmaxnreg of each consumer warpgroup
   KvLoadOrder kv_load_order;
   bool uniform_trip_count;  // the consumer's KV loop count passed through a warp reduction
-  // CTAs that share one schedule item's 128 query rows (8-bit kernel only): 1 = two consumer warpgroups of 64
-  // rows in one CTA; 2 = one consumer warpgroup per CTA, each CTA with its own K/V ring.
-  int ctas_per_item = 1;
 };
 
 /// The table. bf16 and fp16 share every entry (the same instruction stream with another conversion).

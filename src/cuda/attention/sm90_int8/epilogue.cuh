@@ -29,7 +29,7 @@ struct Epilogue {
                                const sm90::WorkRecord& record, TensorO const& o, const float (&sum)[2],
                                const float (&lse_log2)[2], int tid) {
     const int t = tid & 3;
-    const int first_token = record.q_block * Traits::kTileM + frag_row(tid);
+    const int first_token = record.q_block * Traits::kBlockM + frag_row(tid);
     Output* out = static_cast<Output*>(p.o) + entry_offset(p, record.head, p.o_batch_stride);
     const float* channel_scales = quant.v_scale + int64_t(record.head) * kHeadDim + 2 * t;
     float2 v_scale[kHeadDim / 8];

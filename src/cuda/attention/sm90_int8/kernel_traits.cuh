@@ -1,6 +1,6 @@
 // Compile-time shape of the 8-bit Hopper kernel: S = Q K^T on INT8 wgmma (s8 x s8 -> s32), O += P V on FP8
 // wgmma (e4m3 x e4m3 -> f32) with P from registers; 128 x 128 blocks, d = 128; the bf16 kernel's warp roles
-// (1 producer warpgroup, consumer warpgroups of 64 query rows), choices from the tuning table's 8-bit entry.
+// (1 producer warpgroup, 2 consumer warpgroups of 64 query rows), choices from the tuning table's 8-bit entry.
 //
 // Every tile is 128 x 128 bytes, K-major with the 128-byte swizzle (8 rows of 128 bytes per atom): Q and K as
 // [tokens, d] rows, V transposed as [d, keys] rows, because 8-bit wgmma reads both shared-memory operands
@@ -28,16 +28,11 @@ struct KernelTraits {
   using Output = std::conditional_t<kOutputType == ElementType::kBf16, cutlass::bfloat16_t, cutlass::half_t>;
   using Fp8 = cutlass::float_e4m3_t;
   static constexpr int kHeadDim = 128;
-  static constexpr int kBlockM = 128;  // query rows of a mask block, one schedule item
+  static constexpr int kBlockM = 128;
   static constexpr int kBlockN = 128;
   static constexpr Tuning kTuning = sm90::int8_tuning();
   static constexpr int kStages = kTuning.kv_stages;
-  // An item's rows are split over kCtasPerItem CTAs of kTileM rows, 64 per consumer warpgroup. A work record's
-  // q_block counts tiles of kTileM rows.
-  static constexpr int kCtasPerItem = kTuning.ctas_per_item;
-  static_assert(kCtasPerItem == 1 || kCtasPerItem == 2, "an item is one or two CTAs");
-  static constexpr int kTileM = kBlockM / kCtasPerItem;
-  static constexpr int kConsumerWarpgroups = kTileM / 64;
+  static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + 128 * kConsumerWarpgroups;
   static constexpr int kMinBlocksPerSm = kTuning.ctas_per_sm;
@@ -48,8 +43,8 @@ struct KernelTraits {
                     (1 + kConsumerWarpgroups) * kLaunchRegisters,
                 "setmaxnreg: the consumers' increase must fit in what the producer's decrease frees");
 
-  using TileShapeQK = cute::Shape<cute::Int<kTileM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;  // (rows, keys, d)
-  using TileShapePV = cute::Shape<cute::Int<kTileM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;  // (rows, d, keys)
+  using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;  // (rows, keys, d)
+  using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;  // (rows, d, keys)
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
   using TiledMmaQK = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<int8_t, int8_t, int32_t, TileShapeQK>(), AtomLayout{}));
@@ -60,7 +55,7 @@ struct KernelTraits {
 
   using SmemAtomQK = cute::SM90::GMMA::Layout_K_SW128_Atom<int8_t>;
   using SmemAtomV = cute::SM90::GMMA::Layout_K_SW128_Atom<Fp8>;
-  using SmemLayoutQ = decltype(cute::tile_to_shape(SmemAtomQK{}, cute::Shape<cute::Int<kTileM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutQ = decltype(cute::tile_to_shape(SmemAtomQK{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       SmemAtomQK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   // V^T tiles: (d, keys, stage), keys contiguous: the P V GEMM's B operand (N = d, K = keys), K-major.
@@ -76,15 +71,14 @@ struct KernelTraits {
   using GmemV = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Fp8*>(nullptr)), GmemShape{},
                                            GmemStride{}));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemQK{}, SmemLayoutQ{},
-                                            cute::Shape<cute::Int<kTileM>, cute::Int<kHeadDim>>{}, cute::_1{}));
+                                            cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}, cute::_1{}));
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemQK{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}, cute::_1{}));
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemV{}, cute::take<0, 2>(SmemLayoutV{}),
                                             cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::_1{}));
 
-  static constexpr int kTileBytes = kBlockN * kHeadDim;  // one K or V tile: 16 KB
-  static constexpr int kQTileBytes = kTileM * kHeadDim;  // 16 or 8 KB
-  static_assert(kQTileBytes == int(cute::cosize_v<SmemLayoutQ>) && kQTileBytes % 1024 == 0,
+  static constexpr int kTileBytes = kBlockM * kHeadDim;  // one Q, K or V tile: 16 KB
+  static_assert(kTileBytes == int(cute::cosize_v<SmemLayoutQ>) && kTileBytes % 1024 == 0,
                 "Q is whole swizzle periods");
 };
 

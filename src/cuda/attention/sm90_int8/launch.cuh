@@ -30,7 +30,7 @@ void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands
                                 make_shape(int32_t(kHeadDim), int32_t(quant.padded_tokens), entries),
                                 make_stride(quant.padded_tokens, _1{}, quant.padded_tokens * kHeadDim));
   kernel_params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q8, typename Traits::SmemLayoutQ{},
-                                      Shape<Int<Traits::kTileM>, Int<kHeadDim>>{}, _1{});
+                                      Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
   kernel_params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k8, take<0, 2>(typename Traits::SmemLayoutK{}),
                                       Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
   kernel_params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v8, take<0, 2>(typename Traits::SmemLayoutV{}),
@@ -38,7 +38,7 @@ void launch_fwd_sm90_int8(const AttentionParams& params, const QuantizedOperands
 
   auto kernel = sm90_int8::fwd_kernel_sm90_int8<Traits>;
   constexpr int kSmem = sm90_int8::kSmemBytes<Traits>;
-  const int grid = persistent_grid<Traits>(kernel, Traits::kThreads, kSmem, params.items * Traits::kCtasPerItem);
+  const int grid = persistent_grid<Traits>(kernel, Traits::kThreads, kSmem, params.items);
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(kernel_params);
   WA_CUDA_CHECK(cudaGetLastError());
 }

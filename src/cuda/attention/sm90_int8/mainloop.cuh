@@ -47,7 +47,7 @@ struct KernelParams {
 template <class Traits>
 struct SharedStorage {
   // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
-  cute::array_aligned<int8_t, Traits::kQTileBytes, 1024> q;
+  cute::array_aligned<int8_t, Traits::kTileBytes, 1024> q;
   cute::array_aligned<int8_t, cute::cosize_v<typename Traits::SmemLayoutK>, 1024> k;
   cute::array_aligned<typename Traits::Fp8, cute::cosize_v<typename Traits::SmemLayoutV>, 1024> v;
   float k_scale[Traits::kStages];  // the scale of the K block in each stage, written by the producer
@@ -68,8 +68,7 @@ __device__ __forceinline__ void mask_columns(float (&s)[64], int valid_columns, 
 
 template <class Traits>
 struct Mainloop {
-  static constexpr int kTileM = Traits::kTileM;
-  static constexpr int kCtasPerItem = Traits::kCtasPerItem;
+  static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kStages = Traits::kStages;
@@ -96,15 +95,13 @@ struct Mainloop {
     RecordRing ring = storage.pipe.record_ring();
     StageCounter<kStages> kv;
     StageCounter<1> q_stage;
-    // Ticket t is part t % kCtasPerItem of schedule item t / kCtasPerItem: the CTAs of one item take
-    // consecutive tickets, so the items still run in schedule order, gridDim.x / kCtasPerItem at a time.
     int ticket = static_cast<int>(blockIdx.x);
     for (;;) {
       WorkRecord record{-1, 0, 0, -1};
       WorkItem item;
-      if (ticket < p.items * kCtasPerItem) {
-        item = decode_work_item(p, ticket / kCtasPerItem, int(gridDim.x) / kCtasPerItem);
-        record = WorkRecord{item.head, item.q_block * kCtasPerItem + ticket % kCtasPerItem, item.n_blocks, -1};
+      if (ticket < p.items) {
+        item = decode_work_item(p, ticket);
+        record = WorkRecord{item.head, item.q_block, item.n_blocks, -1};
       }
       if (record.head >= 0) record.partial_position = sm90::partial_position<kBlockN>(p, item);
       ring.publish(record, lane);
@@ -112,11 +109,11 @@ struct Mainloop {
 
       if (item.n_blocks > 0) {
         const int entry = item.head;
-        Tensor gQ = local_tile(mQ(_, _, entry), Shape<Int<kTileM>, Int<kHeadDim>>{}, make_coord(record.q_block, _0{}));
+        Tensor gQ = local_tile(mQ(_, _, entry), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(item.q_block, _0{}));
         auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         if (lane == 0) {
           Barrier::wait(&storage.pipe.q_empty, q_stage.phase() ^ 1u);
-          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.q_full, Traits::kQTileBytes);
+          TransactionBarrier::arrive_and_expect_tx(&storage.pipe.q_full, Traits::kTileBytes);
           copy(params.tma_q.with(storage.pipe.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
         }
         q_stage.advance();
@@ -228,7 +225,7 @@ struct Mainloop {
     const int n = record.n_blocks;
     const int partial_position = record.partial_position;
     // The row scales times scale_log2 once per item; each block multiplies in its K scale.
-    const int first_row = record.q_block * kTileM + frag_row(tid);
+    const int first_row = record.q_block * kBlockM + frag_row(tid);
     const float* row_scales = quant.q_scale + int64_t(record.head) * p.tokens;
     float row_multiplier[2];
 #pragma unroll
