@@ -115,7 +115,7 @@ struct Mainloop {
         auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
-        auto load_k = [&](int block, const StageCounter<kStages>& at) {
+        auto load_k = [&](int block, NoBlockValue, const StageCounter<kStages>& at) {
           Barrier::wait(&storage.pipe.k_empty[at.index()], at.phase() ^ 1u);
           TransactionBarrier::arrive_and_expect_tx(&storage.pipe.k_full[at.index()], Traits::kKVBytes);
           copy(params.tma_k.with(storage.pipe.k_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, block),
@@ -127,58 +127,11 @@ struct Mainloop {
           copy(params.tma_v.with(storage.pipe.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
                tVsV(_, at.index()));
         };
-        // k_ahead: K of position j + 1 goes out before V of position j. The consumers release a K stage when
-        // its S GEMM is done and a V stage only when its PV GEMM is, one softmax later; loading K_j, V_j in
-        // turn holds every K load behind the previous V stage's release. Each order is its own loop, so a row
-        // in the K_j, V_j order runs the same instructions as in a kernel that never loads K ahead.
-        auto walk = [&](auto k_ahead_order) {
-          constexpr bool k_ahead = decltype(k_ahead_order)::value;
-          StageCounter<kStages> v_stages = kv;
-          int previous_block = 0;
-          for (int base = 0; base < item.n_blocks; base += 32) {
-            const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
-            const int count = min(32, item.n_blocks - base);
-            for (int j = 0; j < count; ++j) {
-              const int block = __shfl_sync(0xffffffffu, mine, j);
-              if constexpr (k_ahead) {
-                if (lane == 0) {
-                  load_k(block, kv);
-                  if (base + j > 0) load_v(previous_block, v_stages);
-                }
-                if (base + j > 0) v_stages.advance();
-                previous_block = block;
-              } else {
-                if (lane == 0) {
-                  load_k(block, kv);
-                  load_v(block, kv);
-                }
-              }
-              kv.advance();
-            }
-          }
-          if (k_ahead && lane == 0) load_v(previous_block, v_stages);
-        };
-        if constexpr (kKvLoadOrder == KvLoadOrder::kKAheadWhereRowsSkip) {
-          if (item.n_blocks < p.kv_blocks) {
-            walk(std::true_type{});
-          } else {
-            walk(std::false_type{});
-          }
-        } else {
-          walk(std::false_type{});
-        }
+        load_item_kv<kKvLoadOrder>(p, item, kv, lane, [](int) { return NoBlockValue{}; }, load_k, load_v);
       }
       ticket = fetch_next_ticket(p, lane);
     }
-    // Tail: wait until the consumers have released every stage, so no TMA write into this CTA's shared
-    // memory is still in flight when the producer warp retires.
-    if (lane == 0) {
-      for (int i = 0; i < kStages; ++i) {
-        Barrier::wait(&storage.pipe.k_empty[kv.index()], kv.phase() ^ 1u);
-        Barrier::wait(&storage.pipe.v_empty[kv.index()], kv.phase() ^ 1u);
-        kv.advance();
-      }
-    }
+    wait_for_released_stages(storage.pipe, kv, lane);
   }
 
   /// Result of one item for the epilogue: O accumulator (unnormalized) and the softmax state. kv and q_stage

@@ -139,58 +139,12 @@ struct Mainloop {
           copy(params.tma_v.with(storage.pipe.v_full[at.index()], 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, block),
                tVsV(_, at.index()));
         };
-        // The bf16 kernel's two producer orders (sm90/mainloop.cuh): K_j, V_j, or K_{j+1} ahead of V_j in the
-        // rows that skip a block.
-        auto walk = [&](auto k_ahead_order) {
-          constexpr bool k_ahead = decltype(k_ahead_order)::value;
-          StageCounter<kStages> v_stages = kv;
-          int previous_block = 0;
-          for (int base = 0; base < item.n_blocks; base += 32) {
-            const int mine = base + lane < item.n_blocks ? kv_block_at(p, item, base + lane) : 0;
-            const float mine_scale = entry_k_scale[mine];
-            const int count = min(32, item.n_blocks - base);
-            for (int j = 0; j < count; ++j) {
-              const int block = __shfl_sync(0xffffffffu, mine, j);
-              const float scale = __shfl_sync(0xffffffffu, mine_scale, j);
-              if constexpr (k_ahead) {
-                if (lane == 0) {
-                  load_k(block, scale, kv);
-                  if (base + j > 0) load_v(previous_block, v_stages);
-                }
-                if (base + j > 0) v_stages.advance();
-                previous_block = block;
-              } else {
-                if (lane == 0) {
-                  load_k(block, scale, kv);
-                  load_v(block, kv);
-                }
-              }
-              kv.advance();
-            }
-          }
-          if (k_ahead && lane == 0) load_v(previous_block, v_stages);
-        };
-        if constexpr (kKvLoadOrder == KvLoadOrder::kKAheadWhereRowsSkip) {
-          if (item.n_blocks < p.kv_blocks) {
-            walk(std::true_type{});
-          } else {
-            walk(std::false_type{});
-          }
-        } else {
-          walk(std::false_type{});
-        }
+        sm90::load_item_kv<kKvLoadOrder>(
+            p, item, kv, lane, [&](int block) { return entry_k_scale[block]; }, load_k, load_v);
       }
       ticket = sm90::fetch_next_ticket(p, lane);
     }
-    // Tail: the consumers have released every stage before the producer warp retires, so no TMA write into
-    // this CTA's shared memory is still in flight.
-    if (lane == 0) {
-      for (int i = 0; i < kStages; ++i) {
-        Barrier::wait(&storage.pipe.k_empty[kv.index()], kv.phase() ^ 1u);
-        Barrier::wait(&storage.pipe.v_empty[kv.index()], kv.phase() ^ 1u);
-        kv.advance();
-      }
-    }
+    sm90::wait_for_released_stages(storage.pipe, kv, lane);
   }
 
   /// One item for the epilogue: O (unnormalized, in units of P') and the softmax state. kv and q_stage are the
