@@ -14,7 +14,6 @@
 #include <cutlass/arch/barrier.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/sm90/kernel_traits.cuh"

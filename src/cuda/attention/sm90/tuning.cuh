@@ -56,13 +56,16 @@ constexpr Tuning default_tuning(ElementType /*element*/, int head_dim, int block
 }
 
 /// The 8-bit kernel (INT8 Q K^T, FP8 P V; 128 x 128 blocks, d = 128, 384 threads, 1 CTA per SM). Its tiles are
-/// half the bf16 kernel's bytes (16 KB each: 80 KB of shared memory at 2 stages).
+/// half the bf16 kernel's bytes (16 KB each: 80 KB of shared memory at 2 stages). H100, two rounds in one call,
+/// 4 heads, 363,600 tokens, TOPS (docs/kernel-8bit.md):
 /// - 2 K/V stages and K ahead where rows skip: the bf16 kernel's choices at the same tile shape, for the same
-///   reason (the CTAs of a head walk K/V in near-lockstep through L2; docs/kernel-8bit.md).
+///   reason (the CTAs of a head walk K/V in near-lockstep through L2). 3 stages (112 KB) lost 2-3 % sparse
+///   (725-730 against 745-754) and matched dense.
 /// - 24 / 240 registers: the consumer holds O and the block's P V partial (2 x 64 fp32), S (64) and P (16); 8 more
-///   than 40 / 232 gave dense +8.8 % (669-672 -> 729-730 TOPS), video 745-754 -> 748-753, random 746-750 ->
-///   741 (H100, two rounds, one call, 4 heads, 363,600 tokens), though ptxas reports more spill bytes (212
-///   against 100; which warp role spills was not separated). 3 K/V stages (112 KB) lost 2-3 % sparse (725-730) and matched dense (same call).
+///   than 40 / 232 gave dense +8.8 % (669-672 -> 729-730), video 745-754 -> 748-753, random 746-750 -> 741,
+///   though ptxas reports more spill bytes (212 against 100; which warp role spills was not separated).
+/// - One CTA per schedule item: two CTAs of one consumer warpgroup (64 rows) each, with their own K/V ring, lost
+///   8-11 % (ba35a5e: video 673-680 against 745-759, dense 650-661 against 727-734).
 constexpr Tuning int8_tuning() {
   return {.kv_stages = 2, .ctas_per_sm = 1, .producer_registers = 24, .consumer_registers = 240,
           .kv_load_order = KvLoadOrder::kKAheadWhereRowsSkip, .uniform_trip_count = false};

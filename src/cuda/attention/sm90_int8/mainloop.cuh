@@ -13,7 +13,6 @@
 #include <cutlass/arch/barrier.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/attention/params.h"
 #include "cuda/attention/quantized_operands.h"
